@@ -1,0 +1,206 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+const (
+	defaultRegion      = "us-east-1"
+	defaultOpTimeout   = 30 * time.Second
+	defaultMaxAttempts = 8
+
+	// Full-jitter exponential backoff between attempts: a random delay in
+	// [0, min(backoffCap, backoffBase<<attempt)).
+	backoffBase = 100 * time.Millisecond
+	backoffCap  = 5 * time.Second
+
+	// maxIdleConnsPerHost is generous because reads are many parallel ranged
+	// GETs against one endpoint.
+	maxIdleConnsPerHost = 64
+)
+
+// Config says which bucket to use and how to reach it.
+type Config struct {
+	Bucket string
+	// Prefix is "" or a key prefix all keys live under; it is normalised to
+	// have no leading and exactly one trailing slash.
+	Prefix string
+	// Endpoint is the store's URL. If empty, AWS_ENDPOINT_URL or the
+	// standard AWS resolution applies.
+	Endpoint string
+	// Region defaults to the AWS environment and config files, else
+	// "us-east-1".
+	Region string
+	// AccessKey and SecretKey, if set, are used as static credentials;
+	// otherwise the standard AWS credential chain applies.
+	AccessKey, SecretKey string
+	// PathStyle addresses buckets as http://host/bucket/key. It is forced on
+	// whenever an endpoint is configured (here or in the environment),
+	// since non-AWS stores rarely support virtual-hosted buckets.
+	PathStyle bool
+	// OpTimeout bounds one logical operation, including retries, while no
+	// data moves (default 30 s). After it the operation fails with an error
+	// wrapping ErrUnavailable.
+	OpTimeout time.Duration
+	// MaxAttempts is the number of attempts per request (default 8).
+	MaxAttempts int
+}
+
+// Client reads and writes objects in one bucket under one prefix. It is safe
+// for concurrent use.
+type Client struct {
+	s3          *s3.Client
+	bucket      string
+	prefix      string
+	opTimeout   time.Duration
+	maxAttempts int
+	stats       counters
+}
+
+// New makes a Client. It does not contact the store; use CheckVersioning
+// to find out whether the bucket is usable.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("bucket: new client: no bucket name")
+	}
+	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
+		return nil, fmt.Errorf("bucket: new client for %q: access key and secret key must be given together", cfg.Bucket)
+	}
+	c := &Client{
+		bucket:      cfg.Bucket,
+		prefix:      normalisePrefix(cfg.Prefix),
+		opTimeout:   cfg.OpTimeout,
+		maxAttempts: cfg.MaxAttempts,
+	}
+	if c.opTimeout <= 0 {
+		c.opTimeout = defaultOpTimeout
+	}
+	if c.maxAttempts <= 0 {
+		c.maxAttempts = defaultMaxAttempts
+	}
+
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConns = 4 * maxIdleConnsPerHost
+	transport.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	httpClient := &http.Client{Transport: &countingTransport{next: transport, stats: &c.stats}}
+
+	opts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(httpClient),
+		config.WithRetryer(func() aws.Retryer {
+			return &countingRetryer{
+				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
+					o.MaxAttempts = c.maxAttempts
+					o.MaxBackoff = backoffCap
+					o.Backoff = retry.BackoffDelayerFunc(fullJitter)
+					o.RateLimiter = ratelimit.None
+				}),
+				stats: &c.stats,
+			}
+		}),
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if cfg.Region != "" {
+		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	if cfg.AccessKey != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: new client for %q: load AWS config: %w", cfg.Bucket, err)
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = defaultRegion
+	}
+	pathStyle := cfg.PathStyle || cfg.Endpoint != "" || awsCfg.BaseEndpoint != nil
+	c.s3 = s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		o.UsePathStyle = pathStyle
+	})
+	return c, nil
+}
+
+// fullJitter is the backoff before retry number attempt (1 for the first
+// retry).
+func fullJitter(attempt int, _ error) (time.Duration, error) {
+	ceiling := backoffCap
+	if attempt < 16 {
+		ceiling = min(backoffCap, backoffBase<<attempt)
+	}
+	return rand.N(ceiling), nil
+}
+
+// normalisePrefix returns p without leading slashes and with one trailing
+// slash, or "" for an empty prefix.
+func normalisePrefix(p string) string {
+	p = strings.TrimLeft(p, "/")
+	if p == "" {
+		return ""
+	}
+	return strings.TrimRight(p, "/") + "/"
+}
+
+// ParseURL splits "s3://NAME[/PREFIX]" into a bucket name and a normalised
+// prefix ("" or ending in "/").
+func ParseURL(s string) (bucket, prefix string, err error) {
+	rest, ok := strings.CutPrefix(s, "s3://")
+	if !ok {
+		return "", "", fmt.Errorf("bucket: parse URL %q: want s3://BUCKET[/PREFIX]", s)
+	}
+	bucket, prefix, _ = strings.Cut(rest, "/")
+	if bucket == "" {
+		return "", "", fmt.Errorf("bucket: parse URL %q: no bucket name", s)
+	}
+	if strings.ContainsAny(bucket, "?#:@ ") {
+		return "", "", fmt.Errorf("bucket: parse URL %q: %q is not a bucket name", s, bucket)
+	}
+	return bucket, normalisePrefix(prefix), nil
+}
+
+// String returns the client's root as s3://bucket/prefix.
+func (c *Client) String() string { return "s3://" + c.bucket + "/" + c.prefix }
+
+// CheckVersioning returns nil if versioning is enabled on the bucket, and an
+// error wrapping ErrNotVersioned that says how to enable it otherwise.
+func (c *Client) CheckVersioning(ctx context.Context) error {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.GetBucketVersioning(op.ctx, &s3.GetBucketVersioningInput{Bucket: &c.bucket})
+	if err != nil {
+		return c.fail(op, "check versioning of", "", err)
+	}
+	if out.Status == types.BucketVersioningStatusEnabled {
+		return nil
+	}
+	status := string(out.Status)
+	if status == "" {
+		status = "never enabled"
+	}
+	return fmt.Errorf("bucket: s3://%s: %w (status: %s); bucketfs reads pinned versions and needs it on: "+
+		"aws s3api put-bucket-versioning --bucket %s --versioning-configuration Status=Enabled",
+		c.bucket, ErrNotVersioned, status, c.bucket)
+}
+
+// key returns the full object key for a key relative to the prefix.
+func (c *Client) key(rel string) *string { return aws.String(c.prefix + rel) }
+
+// rel returns a full key relative to the prefix.
+func (c *Client) rel(full string) string { return strings.TrimPrefix(full, c.prefix) }

@@ -1,0 +1,156 @@
+package bucket
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// Listing is one page of a directory listing.
+type Listing struct {
+	Objects   []ObjectInfo // Key, Size, ETag, LastModified; no VersionID or Metadata
+	Prefixes  []string     // "subdirectories", relative to the client's prefix, ending in "/"
+	NextToken string       // pass to List for the next page
+	Truncated bool         // more pages follow
+}
+
+// List returns one page (at most max entries, the store's limit of 1000 if
+// max <= 0) of the objects and common prefixes directly under dirPrefix,
+// which is relative to the client's prefix and is "" or ends in "/". Pass
+// the previous page's NextToken to continue, "" to start.
+func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Listing, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	in := &s3.ListObjectsV2Input{
+		Bucket:            &c.bucket,
+		Prefix:            c.key(dirPrefix),
+		Delimiter:         aws.String("/"),
+		ContinuationToken: optional(token),
+	}
+	if max > 0 {
+		in.MaxKeys = aws.Int32(int32(min(max, 1000)))
+	}
+	out, err := c.s3.ListObjectsV2(op.ctx, in)
+	if err != nil {
+		return Listing{}, c.fail(op, "list", dirPrefix, err)
+	}
+	l := Listing{
+		Objects:   make([]ObjectInfo, 0, len(out.Contents)),
+		Prefixes:  c.prefixes(out.CommonPrefixes),
+		NextToken: aws.ToString(out.NextContinuationToken),
+		Truncated: aws.ToBool(out.IsTruncated),
+	}
+	for _, o := range out.Contents {
+		l.Objects = append(l.Objects, ObjectInfo{
+			Key:          c.rel(aws.ToString(o.Key)),
+			Size:         aws.ToInt64(o.Size),
+			ETag:         unquote(o.ETag),
+			LastModified: aws.ToTime(o.LastModified),
+		})
+	}
+	return l, nil
+}
+
+func (c *Client) prefixes(cps []types.CommonPrefix) []string {
+	out := make([]string, 0, len(cps))
+	for _, p := range cps {
+		out = append(out, c.rel(aws.ToString(p.Prefix)))
+	}
+	return out
+}
+
+// Version is one entry of a version listing.
+type Version struct {
+	ObjectInfo      // Key, Size, ETag, VersionID, LastModified, IsDeleteMarker
+	IsLatest   bool // the key's current version (or delete marker)
+}
+
+// VersionListing is one page of a version listing.
+type VersionListing struct {
+	Versions []Version // by key, newest version of each key first
+	Prefixes []string  // as in Listing
+	// NextKeyMarker (relative to the client's prefix) and
+	// NextVersionMarker continue the listing when Truncated.
+	NextKeyMarker, NextVersionMarker string
+	Truncated                        bool
+}
+
+// ListVersions returns one page of all versions and delete markers directly
+// under dirPrefix (relative, "" or ending in "/"), at most max entries (the
+// store's limit of 1000 if max <= 0). Pass the previous page's markers to
+// continue, "" to start.
+func (c *Client) ListVersions(ctx context.Context, dirPrefix, keyMarker, versionMarker string, max int) (VersionListing, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	in := &s3.ListObjectVersionsInput{
+		Bucket:          &c.bucket,
+		Prefix:          c.key(dirPrefix),
+		Delimiter:       aws.String("/"),
+		VersionIdMarker: optional(versionMarker),
+	}
+	if keyMarker != "" {
+		in.KeyMarker = c.key(keyMarker)
+	}
+	if max > 0 {
+		in.MaxKeys = aws.Int32(int32(min(max, 1000)))
+	}
+	out, err := c.s3.ListObjectVersions(op.ctx, in)
+	if err != nil {
+		return VersionListing{}, c.fail(op, "list versions in", dirPrefix, err)
+	}
+	l := VersionListing{
+		Prefixes:          c.prefixes(out.CommonPrefixes),
+		NextVersionMarker: aws.ToString(out.NextVersionIdMarker),
+		Truncated:         aws.ToBool(out.IsTruncated),
+	}
+	if out.NextKeyMarker != nil {
+		l.NextKeyMarker = c.rel(*out.NextKeyMarker)
+	}
+	for _, v := range out.Versions {
+		l.Versions = append(l.Versions, Version{
+			ObjectInfo: ObjectInfo{
+				Key:          c.rel(aws.ToString(v.Key)),
+				Size:         aws.ToInt64(v.Size),
+				ETag:         unquote(v.ETag),
+				VersionID:    aws.ToString(v.VersionId),
+				LastModified: aws.ToTime(v.LastModified),
+			},
+			IsLatest: aws.ToBool(v.IsLatest),
+		})
+	}
+	for _, m := range out.DeleteMarkers {
+		l.Versions = append(l.Versions, Version{
+			ObjectInfo: ObjectInfo{
+				Key:            c.rel(aws.ToString(m.Key)),
+				VersionID:      aws.ToString(m.VersionId),
+				LastModified:   aws.ToTime(m.LastModified),
+				IsDeleteMarker: true,
+			},
+			IsLatest: aws.ToBool(m.IsLatest),
+		})
+	}
+	sortVersions(l.Versions)
+	return l, nil
+}
+
+// sortVersions orders versions by key, and within a key the latest first,
+// then by LastModified, newest first. (The SDK returns versions and delete
+// markers as two lists; S3 interleaves them in this order.)
+func sortVersions(vs []Version) {
+	slices.SortStableFunc(vs, func(a, b Version) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		if a.IsLatest != b.IsLatest {
+			if a.IsLatest {
+				return -1
+			}
+			return 1
+		}
+		return b.LastModified.Compare(a.LastModified)
+	})
+}

@@ -1,0 +1,405 @@
+package bucket
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// ObjectInfo describes one object version.
+type ObjectInfo struct {
+	Key          string // relative to the client's prefix
+	Size         int64  // whole object size; -1 where the store did not say (Copy)
+	ETag         string // without quotes
+	VersionID    string // "" on an unversioned bucket and in List results
+	LastModified time.Time
+	// Metadata is the user metadata, names in lower case without the
+	// x-amz-meta- prefix. Only Head and Get fetch it; Put, PutParts and Copy
+	// echo what they were given.
+	Metadata       map[string]string
+	ContentType    string
+	IsDeleteMarker bool // only ListVersions returns delete markers
+}
+
+// PutOptions are the conditions and attributes of a write.
+type PutOptions struct {
+	// IfMatch, if set, makes the write succeed only if the object's current
+	// ETag is this one (with or without quotes).
+	IfMatch string
+	// IfNoneMatch makes the write succeed only if the key has no current
+	// object (If-None-Match: *).
+	IfNoneMatch bool
+	Metadata    map[string]string
+	ContentType string
+}
+
+func (o PutOptions) ifMatch() *string { return matchETag(o.IfMatch) }
+
+func (o PutOptions) ifNoneMatch() *string {
+	if !o.IfNoneMatch {
+		return nil
+	}
+	return aws.String("*")
+}
+
+func (o PutOptions) contentType() *string {
+	if o.ContentType == "" {
+		return nil
+	}
+	return aws.String(o.ContentType)
+}
+
+// matchETag is the If-Match value for etag, or nil for "".
+func matchETag(etag string) *string {
+	if etag == "" {
+		return nil
+	}
+	return aws.String(quote(etag))
+}
+
+func quote(etag string) string {
+	if strings.HasPrefix(etag, `"`) {
+		return etag
+	}
+	return `"` + etag + `"`
+}
+
+func unquote(etag *string) string { return strings.Trim(aws.ToString(etag), `"`) }
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
+}
+
+func lowerKeys(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[strings.ToLower(k)] = v
+	}
+	return out
+}
+
+// Head returns the object at key: the given version, or the current one if
+// versionID is "".
+func (c *Client) Head(ctx context.Context, key, versionID string) (ObjectInfo, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.HeadObject(op.ctx, &s3.HeadObjectInput{
+		Bucket: &c.bucket, Key: c.key(key), VersionId: optional(versionID),
+	})
+	if err != nil {
+		return ObjectInfo{}, c.fail(op, "head", key, err)
+	}
+	return ObjectInfo{
+		Key:          key,
+		Size:         aws.ToInt64(out.ContentLength),
+		ETag:         unquote(out.ETag),
+		VersionID:    aws.ToString(out.VersionId),
+		LastModified: aws.ToTime(out.LastModified),
+		Metadata:     lowerKeys(out.Metadata),
+		ContentType:  aws.ToString(out.ContentType),
+	}, nil
+}
+
+// Get streams n bytes of the object at key (the given version, or the
+// current one) starting at off; n < 0 means to the end. The ObjectInfo
+// describes the whole object. Starting at or past the end yields an empty
+// body. The caller must Close the body.
+func (c *Client) Get(ctx context.Context, key, versionID string, off, n int64) (io.ReadCloser, ObjectInfo, error) {
+	if off < 0 {
+		return nil, ObjectInfo{}, fmt.Errorf("bucket: get %s: negative offset %d", key, off)
+	}
+	if n == 0 {
+		info, err := c.Head(ctx, key, versionID)
+		if err != nil {
+			return nil, ObjectInfo{}, err
+		}
+		return io.NopCloser(bytes.NewReader(nil)), info, nil
+	}
+	op := c.startOp(ctx)
+	out, err := c.s3.GetObject(op.ctx, &s3.GetObjectInput{
+		Bucket: &c.bucket, Key: c.key(key), VersionId: optional(versionID), Range: byteRange(off, n),
+	})
+	if err != nil {
+		op.done()
+		if isInvalidRange(err) {
+			info, err := c.Head(ctx, key, versionID)
+			if err != nil {
+				return nil, ObjectInfo{}, err
+			}
+			return io.NopCloser(bytes.NewReader(nil)), info, nil
+		}
+		return nil, ObjectInfo{}, c.fail(op, "get", key, err)
+	}
+	op.progress()
+	body := &objectBody{body: out.Body, op: op, c: c, key: key}
+	return body, getInfo(key, out), nil
+}
+
+// byteRange is the Range header for n bytes at off (n < 0: to the end), or
+// nil for the whole object.
+func byteRange(off, n int64) *string {
+	switch {
+	case n < 0 && off == 0:
+		return nil
+	case n < 0:
+		return aws.String(fmt.Sprintf("bytes=%d-", off))
+	default:
+		return aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	}
+}
+
+func isInvalidRange(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "InvalidRange"
+}
+
+// getInfo makes the ObjectInfo of a GET response: for a ranged GET the
+// object size is the total in Content-Range, not the body length.
+func getInfo(key string, out *s3.GetObjectOutput) ObjectInfo {
+	size := aws.ToInt64(out.ContentLength)
+	if cr := aws.ToString(out.ContentRange); cr != "" {
+		if _, total, ok := strings.Cut(cr, "/"); ok && total != "*" {
+			if t, err := strconv.ParseInt(total, 10, 64); err == nil {
+				size = t
+			}
+		}
+	}
+	return ObjectInfo{
+		Key:          key,
+		Size:         size,
+		ETag:         unquote(out.ETag),
+		VersionID:    aws.ToString(out.VersionId),
+		LastModified: aws.ToTime(out.LastModified),
+		Metadata:     lowerKeys(out.Metadata),
+		ContentType:  aws.ToString(out.ContentType),
+	}
+}
+
+// objectBody is a GET body that counts bytes, keeps its operation alive
+// while data moves and classifies read errors.
+type objectBody struct {
+	body io.ReadCloser
+	op   *opTimer
+	c    *Client
+	key  string
+}
+
+func (b *objectBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.c.stats.bytesRead.Add(uint64(n))
+	if n > 0 {
+		b.op.progress()
+	}
+	if err != nil && err != io.EOF {
+		err = b.c.fail(b.op, "read", b.key, err)
+	}
+	return n, err
+}
+
+func (b *objectBody) Close() error {
+	err := b.body.Close()
+	b.op.done()
+	return err
+}
+
+// ReadAt reads len(p) bytes of the object at key (the given version, or the
+// current one) at off with one ranged GET. It returns fewer bytes only at the
+// end of the object, and then io.EOF. If the transfer breaks off, the rest is
+// fetched again, conditional on the same ETag.
+func (c *Client) ReadAt(ctx context.Context, key, versionID string, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("bucket: read %s: negative offset %d", key, off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	op := c.startOp(ctx)
+	defer op.done()
+	got, etag := 0, ""
+	for attempt := 1; ; attempt++ {
+		out, err := c.s3.GetObject(op.ctx, &s3.GetObjectInput{
+			Bucket: &c.bucket, Key: c.key(key), VersionId: optional(versionID),
+			Range:   byteRange(off+int64(got), int64(len(p)-got)),
+			IfMatch: matchETag(etag),
+		})
+		if err != nil {
+			if isInvalidRange(err) {
+				return got, io.EOF
+			}
+			return got, c.fail(op, "read", key, err)
+		}
+		if etag == "" {
+			etag = unquote(out.ETag)
+		}
+		want := int(min(aws.ToInt64(out.ContentLength), int64(len(p)-got)))
+		n, err := io.ReadFull(&progressReader{r: out.Body, op: op}, p[got:got+want])
+		out.Body.Close()
+		got += n
+		c.stats.bytesRead.Add(uint64(n))
+		switch {
+		case err == nil && got == len(p):
+			return got, nil
+		case err == nil:
+			return got, io.EOF // the object ends inside p
+		case attempt >= c.maxAttempts || op.ctx.Err() != nil:
+			return got, c.fail(op, "read", key, err)
+		}
+		// The body broke off; fetch the rest of the same object.
+	}
+}
+
+// progressReader reports progress to an operation as data moves.
+type progressReader struct {
+	r  io.Reader
+	op *opTimer
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.op.progress()
+	}
+	return n, err
+}
+
+// progressReadSeeker is a progressReader for request bodies, which the SDK
+// seeks to rewind them for retries.
+type progressReadSeeker struct {
+	io.ReadSeeker
+	op *opTimer
+}
+
+func (r *progressReadSeeker) Read(p []byte) (int, error) {
+	n, err := r.ReadSeeker.Read(p)
+	if n > 0 {
+		r.op.progress()
+	}
+	return n, err
+}
+
+// Put writes size bytes from body as the object at key, if opt's conditions
+// hold. The returned ObjectInfo has the new ETag and VersionID.
+func (c *Client) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opt PutOptions) (ObjectInfo, error) {
+	if body == nil {
+		body = bytes.NewReader(nil)
+	}
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.PutObject(op.ctx, &s3.PutObjectInput{
+		Bucket:        &c.bucket,
+		Key:           c.key(key),
+		Body:          &progressReadSeeker{ReadSeeker: body, op: op},
+		ContentLength: aws.Int64(size),
+		IfMatch:       opt.ifMatch(),
+		IfNoneMatch:   opt.ifNoneMatch(),
+		Metadata:      opt.Metadata,
+		ContentType:   opt.contentType(),
+	})
+	if err != nil {
+		return ObjectInfo{}, c.fail(op, "put", key, err)
+	}
+	c.stats.bytesWritten.Add(uint64(size))
+	return ObjectInfo{
+		Key:         key,
+		Size:        size,
+		ETag:        unquote(out.ETag),
+		VersionID:   aws.ToString(out.VersionId),
+		Metadata:    opt.Metadata,
+		ContentType: opt.ContentType,
+	}, nil
+}
+
+// copySource is the x-amz-copy-source value for key (relative) at version.
+func (c *Client) copySource(key, version string) *string {
+	segs := strings.Split(c.prefix+key, "/")
+	for i, s := range segs {
+		// QueryEscape escapes '+' (which some stores would read as a space)
+		// and writes a space as '+', which we turn into %20.
+		segs[i] = strings.ReplaceAll(url.QueryEscape(s), "+", "%20")
+	}
+	src := c.bucket + "/" + strings.Join(segs, "/")
+	if version != "" {
+		src += "?versionId=" + url.QueryEscape(version)
+	}
+	return aws.String(src)
+}
+
+// Copy copies srcKey (at srcVersion, or the current version) to dstKey on
+// the store's side. If opt.Metadata is non-nil the copy gets opt.Metadata
+// and opt.ContentType instead of the source's; dstKey may equal srcKey to
+// change only the metadata. The returned ObjectInfo has Size -1 (CopyObject
+// does not report it). CopyObject is limited to 5 GiB; use PutParts with
+// copy parts beyond.
+//
+// opt's conditions apply to the destination. Some stores (versitygw v1.8.0)
+// ignore destination conditions on CopyObject; for a metadata update in
+// place (dstKey == srcKey, no srcVersion) the If-Match condition is therefore
+// also sent as a copy-source condition, which every store checks.
+func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, opt PutOptions) (ObjectInfo, error) {
+	in := &s3.CopyObjectInput{
+		Bucket:      &c.bucket,
+		Key:         c.key(dstKey),
+		CopySource:  c.copySource(srcKey, srcVersion),
+		IfMatch:     opt.ifMatch(),
+		IfNoneMatch: opt.ifNoneMatch(),
+	}
+	if opt.Metadata != nil {
+		in.MetadataDirective = types.MetadataDirectiveReplace
+		in.Metadata = opt.Metadata
+		in.ContentType = opt.contentType()
+	}
+	if dstKey == srcKey && srcVersion == "" && opt.IfMatch != "" {
+		in.CopySourceIfMatch = opt.ifMatch()
+	}
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.CopyObject(op.ctx, in)
+	if err != nil {
+		return ObjectInfo{}, c.fail(op, "copy "+srcKey+" to", dstKey, err)
+	}
+	info := ObjectInfo{
+		Key:         dstKey,
+		Size:        -1,
+		VersionID:   aws.ToString(out.VersionId),
+		Metadata:    opt.Metadata,
+		ContentType: opt.ContentType,
+	}
+	if r := out.CopyObjectResult; r != nil {
+		info.ETag = unquote(r.ETag)
+		info.LastModified = aws.ToTime(r.LastModified)
+	}
+	return info, nil
+}
+
+// Delete removes the object at key: on a versioned bucket it adds a delete
+// marker and keeps the versions. Deleting a missing key is not an error.
+func (c *Client) Delete(ctx context.Context, key string) error {
+	op := c.startOp(ctx)
+	defer op.done()
+	_, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)})
+	if err != nil {
+		err = c.fail(op, "delete", key, err)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}

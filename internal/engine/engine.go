@@ -1,0 +1,250 @@
+// Package engine assembles one bucketfs file system from its parts: the
+// state directory and its lock, the bucket (an external S3 store, or the
+// embedded default store), the metadata store, the tier, the importer and
+// exporter, and the vfs that front ends serve. `bucketfs mount` and
+// `bucketfs serve` both start an Engine and put a front end on it.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/meta"
+	"bucketfs/internal/s3local"
+	bsync "bucketfs/internal/sync"
+	"bucketfs/internal/tier"
+	"bucketfs/internal/vfs"
+)
+
+// Config is everything an Engine needs. Zero values take the defaults that
+// the command line documents.
+type Config struct {
+	// StateDir holds metadata, tier data (unless TierDir is set), the lock,
+	// and the embedded store. Required.
+	StateDir string
+	// Bucket is the external bucket ("" runs the embedded store), with an
+	// optional Prefix; Endpoint overrides AWS_ENDPOINT_URL.
+	Bucket, Prefix, Endpoint string
+	// AccessKey and SecretKey, if set, are static credentials for the
+	// bucket; otherwise the standard AWS chain applies.
+	AccessKey, SecretKey, Region string
+	// S3Listen is the embedded store's address (default 127.0.0.1:0: a free
+	// port).
+	S3Listen string
+
+	ExportDelay     time.Duration // default 60s
+	ImportThreshold int64         // default 128 KiB
+	DirectReadSize  int64         // default 1 MiB
+	TierDir         string        // default StateDir/tier
+	TierCapacity    int64         // bytes; 0 = no limit
+	OpTimeout       time.Duration // bound on one bucket operation (default 30s)
+	PartSize        int64         // multipart part size (default 16 MiB)
+
+	Logger *slog.Logger
+}
+
+// Engine is one running file system.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	lock     *os.File
+	Store    *s3local.Server // the embedded store, or nil
+	Bucket   *bucket.Client
+	KV       kv.Store
+	Meta     *meta.Store
+	Tier     *tier.Tier
+	Importer *bsync.Importer
+	Exporter *bsync.Exporter
+	FS       *vfs.FS
+
+	stop context.CancelFunc
+	wg   gosync.WaitGroup
+}
+
+func (c *Config) defaults() {
+	if c.ExportDelay == 0 {
+		c.ExportDelay = 60 * time.Second
+	}
+	if c.ImportThreshold == 0 {
+		c.ImportThreshold = 128 << 10
+	}
+	if c.DirectReadSize == 0 {
+		c.DirectReadSize = 1 << 20
+	}
+	if c.TierDir == "" {
+		c.TierDir = filepath.Join(c.StateDir, "tier")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Open starts every part and returns the engine ready to serve. Call Start
+// to run the background exporter, and Close when done.
+func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("engine: no state directory")
+	}
+	// The embedded store changes the process working directory: make every
+	// path absolute first.
+	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if cfg.TierDir != "" {
+		if cfg.TierDir, err = filepath.Abs(cfg.TierDir); err != nil {
+			return nil, err
+		}
+	}
+	cfg.defaults()
+	eng := &Engine{cfg: cfg, log: cfg.Logger}
+	e = eng
+	defer func() {
+		if err != nil {
+			eng.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if e.lock, err = lockStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
+		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout}
+	if cfg.Bucket == "" {
+		e.Store, err = s3local.Start(ctx, s3local.Config{Dir: filepath.Join(cfg.StateDir, "s3"), Listen: cfg.S3Listen})
+		if err != nil {
+			return nil, fmt.Errorf("embedded store: %w", err)
+		}
+		if err := e.Store.WriteEnvFile(filepath.Join(cfg.StateDir, "s3.env")); err != nil {
+			return nil, err
+		}
+		bcfg.Bucket, bcfg.Endpoint, bcfg.Region = e.Store.Bucket, e.Store.Endpoint, e.Store.Region
+		bcfg.AccessKey, bcfg.SecretKey = e.Store.AccessKey, e.Store.SecretKey
+	}
+	if e.Bucket, err = bucket.New(ctx, bcfg); err != nil {
+		return nil, err
+	}
+	if err := e.Bucket.CheckVersioning(ctx); err != nil {
+		return nil, err
+	}
+	if e.KV, err = kv.OpenPebble(filepath.Join(cfg.StateDir, "meta"), kv.PebbleOptions{}); err != nil {
+		return nil, err
+	}
+	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay}); err != nil {
+		return nil, err
+	}
+	if e.Tier, err = tier.Open(cfg.TierDir, tier.Options{Capacity: cfg.TierCapacity}); err != nil {
+		return nil, err
+	}
+	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, e.log)
+	e.FS = vfs.New(e.Meta, e.Tier, e.Bucket, e.Importer, vfs.Config{
+		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize, Logger: e.log})
+	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
+	e.Exporter = bsync.NewExporter(e.Meta, e.Tier, e.Bucket, e.Importer, bsync.ExporterConfig{
+		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.IsOpen, Logger: e.log})
+	return e, nil
+}
+
+// Start runs the exporter and tier eviction in the background until Close.
+func (e *Engine) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.wg.Add(2)
+	go func() {
+		defer e.wg.Done()
+		e.Exporter.Run(ctx)
+	}()
+	go func() {
+		defer e.wg.Done()
+		e.evictLoop(ctx)
+	}()
+}
+
+// evictLoop keeps the tier under its capacity, never touching dirty or open
+// files.
+func (e *Engine) evictLoop(ctx context.Context) {
+	if e.cfg.TierCapacity <= 0 {
+		return
+	}
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pinned := func(ino uint64) bool {
+			if e.FS.IsOpen(meta.Ino(ino)) {
+				return true
+			}
+			in, err := e.Meta.Get(ctx, meta.Ino(ino))
+			return err != nil || in.Dirty() || in.Has(meta.Local)
+		}
+		if _, err := e.Tier.Evict(pinned); err != nil {
+			e.log.Warn("tier eviction", "err", err)
+		}
+	}
+}
+
+// Close stops the background work and releases everything, leaving
+// unexported changes queued for the next start.
+func (e *Engine) Close() error {
+	if e.stop != nil {
+		e.stop()
+		e.wg.Wait()
+	}
+	var errs []error
+	if e.Tier != nil {
+		errs = append(errs, e.Tier.Close())
+	}
+	if e.KV != nil {
+		if e.Meta != nil {
+			errs = append(errs, e.Meta.Sync(context.Background()))
+		}
+		errs = append(errs, e.KV.Close())
+	}
+	if e.Store != nil {
+		errs = append(errs, e.Store.Close())
+	}
+	if e.lock != nil {
+		errs = append(errs, e.lock.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// lockStateDir takes an exclusive lock on the state directory for the life
+// of the process, recording the holder's pid in the lock file.
+func lockStateDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock state directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "another process"
+		} else {
+			holder = "process " + holder
+		}
+		return nil, fmt.Errorf("state directory %s is in use by %s", dir, holder)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}

@@ -1,0 +1,118 @@
+package fuse
+
+import (
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"bucketfs/internal/vfs"
+)
+
+// dirHandle is one open directory stream. The kernel addresses entries by
+// offset; offsets 1 and 2 are "." and "..", and entry i of the listing has
+// offset i+3. The listing is read in pages as the stream advances, resuming
+// after the last name seen, so entries added or removed meanwhile never
+// make the stream repeat or skip a name that stayed.
+type dirHandle struct {
+	ino     vfs.Ino
+	cred    vfs.Cred
+	entries []vfs.DirEntry // entries read so far, in name order
+	eof     bool
+}
+
+const dirPage = 1024
+
+func (s *server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	if _, err := s.fs.OpenDir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
+		return status(err)
+	}
+	s.mu.Lock()
+	s.next++
+	s.dirs[s.next] = &dirHandle{ino: vfs.Ino(in.NodeId), cred: cred(&in.InHeader)}
+	out.Fh = s.next
+	s.mu.Unlock()
+	return fuse.OK
+}
+
+func (s *server) ReleaseDir(in *fuse.ReleaseIn) {
+	s.mu.Lock()
+	delete(s.dirs, in.Fh)
+	s.mu.Unlock()
+}
+
+func (s *server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return s.readDir(cancel, in, out, false)
+}
+
+func (s *server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return s.readDir(cancel, in, out, true)
+}
+
+func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	s.mu.Lock()
+	d := s.dirs[in.Fh]
+	s.mu.Unlock()
+	if d == nil {
+		return fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	off := in.Offset
+	if off == 0 {
+		// A rewind (or the first read) starts a fresh listing.
+		d.entries, d.eof = nil, false
+	}
+	for off < 2 {
+		name := "."
+		if off == 1 {
+			name = ".."
+		}
+		e := fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: uint64(d.ino), Off: off + 1}
+		if plus {
+			if out.AddDirLookupEntry(e) == nil {
+				return fuse.OK
+			}
+		} else if !out.AddDirEntry(e) {
+			return fuse.OK
+		}
+		off++
+	}
+	for {
+		i := int(off - 2)
+		if i >= len(d.entries) {
+			if d.eof {
+				return fuse.OK
+			}
+			after := ""
+			if len(d.entries) > 0 {
+				after = d.entries[len(d.entries)-1].Name
+			}
+			page, err := s.fs.ReadDir(ctx, d.cred, d.ino, after, dirPage)
+			if err != nil {
+				return status(err)
+			}
+			d.entries = append(d.entries, page...)
+			d.eof = len(page) < dirPage
+			continue
+		}
+		ent := d.entries[i]
+		e := fuse.DirEntry{Name: ent.Name, Mode: ent.Type, Ino: uint64(ent.Ino), Off: off + 1}
+		if plus {
+			a, err := s.fs.GetAttr(ctx, ent.Ino)
+			if err != nil {
+				off++ // removed meanwhile
+				continue
+			}
+			eo := out.AddDirLookupEntry(e)
+			if eo == nil {
+				return fuse.OK
+			}
+			s.fillEntry(&a, eo)
+		} else if !out.AddDirEntry(e) {
+			return fuse.OK
+		}
+		off++
+	}
+}

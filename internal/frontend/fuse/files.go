@@ -1,0 +1,169 @@
+package fuse
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"bucketfs/internal/locks"
+	"bucketfs/internal/vfs"
+)
+
+func (s *server) addFile(h *vfs.Handle) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	s.files[s.next] = h
+	return s.next
+}
+
+func (s *server) file(fh uint64) *vfs.Handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.files[fh]
+}
+
+func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, h, err := s.fs.Create(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
+	if err != nil {
+		return status(err)
+	}
+	s.fillEntry(&a, &out.EntryOut)
+	out.Fh = s.addFile(h)
+	return fuse.OK
+}
+
+func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	h, err := s.fs.Open(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Flags)
+	if err != nil {
+		return status(err)
+	}
+	out.Fh = s.addFile(h)
+	return fuse.OK
+}
+
+func (s *server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h := s.file(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	n, err := h.Read(ctx, buf[:in.Size], int64(in.Offset))
+	if err != nil {
+		return nil, status(err)
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	h := s.file(in.Fh)
+	if h == nil {
+		return 0, fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	n, err := h.Write(ctx, data, int64(in.Offset))
+	return uint32(n), status(err)
+}
+
+func (s *server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	// close(2) of one descriptor drops that owner's record locks.
+	s.fs.ReleaseLocks(vfs.Ino(in.NodeId), locks.Owner{ID: in.LockOwner})
+	return fuse.OK
+}
+
+func (s *server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	h := s.file(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(h.Fsync(ctx))
+}
+
+func (s *server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	s.mu.Lock()
+	h := s.files[in.Fh]
+	delete(s.files, in.Fh)
+	s.mu.Unlock()
+	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		s.fs.Flock(context.Background(), vfs.Ino(in.NodeId), locks.Owner{ID: in.LockOwner}, locks.Unlock, false)
+	}
+	if h != nil {
+		h.Release(context.Background())
+	}
+}
+
+func (s *server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	h := s.file(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(h.Fallocate(ctx, in.Mode, int64(in.Offset), int64(in.Length)))
+}
+
+func (s *server) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	h := s.file(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	ctx, done := ctxOf(cancel)
+	defer done()
+	off, err := h.Seek(ctx, int64(in.Offset), int(in.Whence))
+	out.Offset = uint64(off)
+	return status(err)
+}
+
+func lockOf(in *fuse.LkIn) locks.Lock {
+	l := locks.Lock{Start: in.Lk.Start, End: in.Lk.End, Pid: in.Lk.Pid, Owner: locks.Owner{ID: in.Owner}}
+	switch in.Lk.Typ {
+	case syscall.F_RDLCK:
+		l.Kind = locks.Read
+	case syscall.F_WRLCK:
+		l.Kind = locks.Write
+	default:
+		l.Kind = locks.Unlock
+	}
+	return l
+}
+
+func (s *server) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	c, ok := s.fs.TestLock(vfs.Ino(in.NodeId), lockOf(in))
+	if !ok {
+		out.Lk.Typ = syscall.F_UNLCK
+		return fuse.OK
+	}
+	out.Lk.Start, out.Lk.End, out.Lk.Pid = c.Start, c.End, c.Pid
+	out.Lk.Typ = syscall.F_RDLCK
+	if c.Kind == locks.Write {
+		out.Lk.Typ = syscall.F_WRLCK
+	}
+	return fuse.OK
+}
+
+func (s *server) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	return s.setLk(cancel, in, false)
+}
+
+func (s *server) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	return s.setLk(cancel, in, true)
+}
+
+func (s *server) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	l := lockOf(in)
+	if in.LkFlags&fuse.FUSE_LK_FLOCK != 0 {
+		return status(s.fs.Flock(ctx, vfs.Ino(in.NodeId), l.Owner, l.Kind, wait))
+	}
+	return status(s.fs.SetLock(ctx, vfs.Ino(in.NodeId), l, wait))
+}

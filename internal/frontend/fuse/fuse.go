@@ -1,0 +1,338 @@
+// Package fuse serves a vfs.FS to the kernel over FUSE with go-fuse's raw
+// protocol interface. It holds no file system logic: each request becomes
+// one vfs call with the caller's uid and gid, and FUSE node ids are the
+// engine's inode numbers (root is 1 in both).
+//
+// The kernel's default_permissions option is not used: vfs checks
+// permissions itself, the same way for FUSE and NFS.
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"bucketfs/internal/meta"
+	"bucketfs/internal/vfs"
+)
+
+// Options tune the mount.
+type Options struct {
+	// AttrTimeout and EntryTimeout are how long the kernel caches
+	// attributes and names (default 1s).
+	AttrTimeout, EntryTimeout time.Duration
+	// Name shows as the mount's source in /proc/mounts.
+	Name  string
+	Debug bool
+}
+
+type server struct {
+	fuse.RawFileSystem
+	fs   *vfs.FS
+	opts Options
+
+	mu      sync.Mutex
+	next    uint64
+	files   map[uint64]*vfs.Handle
+	dirs    map[uint64]*dirHandle
+	srv     *fuse.Server
+	attrTTL time.Duration
+}
+
+// Mount mounts fs at mountpoint and serves it until Unmount. The returned
+// server is already serving.
+func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
+	if opts.AttrTimeout == 0 {
+		opts.AttrTimeout = time.Second
+	}
+	if opts.EntryTimeout == 0 {
+		opts.EntryTimeout = time.Second
+	}
+	if opts.Name == "" {
+		opts.Name = "bucketfs"
+	}
+	st, err := os.Stat(mountpoint)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("mountpoint %s: %w", mountpoint, err)
+	case !st.IsDir():
+		return nil, fmt.Errorf("mountpoint %s is not a directory", mountpoint)
+	}
+	s := &server{RawFileSystem: fuse.NewDefaultRawFileSystem(), fs: fs, opts: opts,
+		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}}
+	mo := &fuse.MountOptions{
+		FsName:        opts.Name,
+		Name:          "bucketfs",
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		MaxBackground: 64,
+		EnableLocks:   true,
+		AllowOther:    os.Geteuid() == 0,
+		Debug:         opts.Debug,
+		// Directories of the file system may be listed by many processes;
+		// readdirplus saves a lookup per entry.
+		DisableXAttrs: false,
+	}
+	srv, err := fuse.NewServer(s, mountpoint, mo)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	s.srv = srv
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	return srv, nil
+}
+
+func (s *server) String() string { return "bucketfs" }
+
+func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
+
+func ctxOf(cancel <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, done := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-cancel:
+			done()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, done
+}
+
+func status(err error) fuse.Status {
+	if err == nil {
+		return fuse.OK
+	}
+	return fuse.Status(vfs.Errno(err))
+}
+
+func (s *server) fillAttr(a *vfs.Attr, out *fuse.Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Size = uint64(a.Size)
+	out.Blocks = (uint64(a.Size) + 511) / 512
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.Uid, a.Gid
+	out.Rdev = a.Rdev
+	out.Blksize = 4096
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+}
+
+func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut) {
+	out.NodeId = uint64(a.Ino)
+	out.Generation = 1
+	out.SetEntryTimeout(s.opts.EntryTimeout)
+	out.SetAttrTimeout(s.opts.AttrTimeout)
+	s.fillAttr(a, &out.Attr)
+}
+
+func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
+	if err != nil {
+		return status(err)
+	}
+	s.fillEntry(&a, out)
+	return fuse.OK
+}
+
+func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.Lookup(ctx, cred(h), vfs.Ino(h.NodeId), name)
+	if errors.Is(err, syscall.ENOENT) {
+		// A negative entry the kernel may cache briefly.
+		out.NodeId = 0
+		out.SetEntryTimeout(s.opts.EntryTimeout)
+		return fuse.OK
+	}
+	return s.entry(a, err, out)
+}
+
+func (s *server) Forget(nodeid, nlookup uint64) {}
+
+func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId))
+	if err != nil {
+		return status(err)
+	}
+	s.fillAttr(&a, &out.Attr)
+	out.SetTimeout(s.opts.AttrTimeout)
+	return fuse.OK
+}
+
+func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	req := vfs.SetAttrIn{Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: int64(in.Size),
+		Atime: int64(in.Atime)*1e9 + int64(in.Atimensec), Mtime: int64(in.Mtime)*1e9 + int64(in.Mtimensec)}
+	v := in.Valid
+	if v&fuse.FATTR_MODE != 0 {
+		req.Valid |= vfs.SetMode
+	}
+	if v&fuse.FATTR_UID != 0 {
+		req.Valid |= vfs.SetUid
+	}
+	if v&fuse.FATTR_GID != 0 {
+		req.Valid |= vfs.SetGid
+	}
+	if v&fuse.FATTR_SIZE != 0 {
+		req.Valid |= vfs.SetSize
+	}
+	if v&fuse.FATTR_ATIME_NOW != 0 {
+		req.Valid |= vfs.SetAtimeNow
+	} else if v&fuse.FATTR_ATIME != 0 {
+		req.Valid |= vfs.SetAtime
+	}
+	if v&fuse.FATTR_MTIME_NOW != 0 {
+		req.Valid |= vfs.SetMtimeNow
+	} else if v&fuse.FATTR_MTIME != 0 {
+		req.Valid |= vfs.SetMtime
+	}
+	if v&fuse.FATTR_FH != 0 {
+		req.Handle = s.file(in.Fh)
+	}
+	a, err := s.fs.SetAttr(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), req)
+	if err != nil {
+		return status(err)
+	}
+	s.fillAttr(&a, &out.Attr)
+	out.SetTimeout(s.opts.AttrTimeout)
+	return fuse.OK
+}
+
+func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.Mknod(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
+	return s.entry(a, err, out)
+}
+
+func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.Mkdir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
+	return s.entry(a, err, out)
+}
+
+func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(s.fs.Unlink(ctx, cred(h), vfs.Ino(h.NodeId), name))
+}
+
+func (s *server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(s.fs.Rmdir(ctx, cred(h), vfs.Ino(h.NodeId), name))
+}
+
+func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	var flags uint32
+	if in.Flags&1 != 0 { // RENAME_NOREPLACE
+		flags |= meta.RenameNoReplace
+	}
+	if in.Flags&2 != 0 { // RENAME_EXCHANGE
+		flags |= meta.RenameExchange
+	}
+	if in.Flags&^3 != 0 {
+		return fuse.EINVAL // RENAME_WHITEOUT is for overlay file systems
+	}
+	return status(s.fs.Rename(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), oldName, vfs.Ino(in.Newdir), newName, flags))
+}
+
+func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.Link(ctx, cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
+	return s.entry(a, err, out)
+}
+
+func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	a, err := s.fs.Symlink(ctx, cred(h), vfs.Ino(h.NodeId), name, target)
+	return s.entry(a, err, out)
+}
+
+func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	t, err := s.fs.Readlink(ctx, vfs.Ino(h.NodeId))
+	return []byte(t), status(err)
+}
+
+func (s *server) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(s.fs.Access(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Mask&7))
+}
+
+func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	v, err := s.fs.GetXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr)
+	if err != nil {
+		return 0, status(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), fuse.ERANGE
+	}
+	return uint32(copy(dest, v)), fuse.OK
+}
+
+func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	names, err := s.fs.ListXattr(ctx, cred(h), vfs.Ino(h.NodeId))
+	if err != nil {
+		return 0, status(err)
+	}
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		b.WriteByte(0)
+	}
+	if len(dest) < b.Len() {
+		return uint32(b.Len()), fuse.ERANGE
+	}
+	return uint32(copy(dest, b.String())), fuse.OK
+}
+
+func (s *server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(s.fs.SetXattr(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), attr, data, int(in.Flags)))
+}
+
+func (s *server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	return status(s.fs.RemoveXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr))
+}
+
+func (s *server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	ctx, done := ctxOf(cancel)
+	defer done()
+	st := s.fs.StatFs(ctx)
+	out.Bsize = st.Bsize
+	out.Frsize = st.Bsize
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bfree
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.NameLen = st.NameLen
+	return fuse.OK
+}

@@ -1,0 +1,65 @@
+// Package kv is the ordered, transactional key-value store under the
+// bucketfs namespace.
+//
+// # What it owns
+//
+// The namespace (inodes, directory entries, symlink targets, xattrs, sync
+// state and the export queue) lives in package meta and is written once,
+// above the [Store] interface. A backend only stores bytes: it knows nothing
+// about inodes, and the interface carries no backend types, so the embedded
+// Pebble store ([OpenPebble]) and a later PostgreSQL store for several
+// servers are interchangeable.
+//
+// # Model
+//
+// Keys are byte strings ordered bytewise. There are two kinds of access:
+//
+//   - [Store.View] runs fn against a consistent, read-only snapshot. Every read
+//     in one View sees the same committed state, and a concurrent Update never
+//     shows through half-way. Views never wait for writers.
+//   - [Store.Update] runs fn as a serializable read-modify-write transaction.
+//     Reads inside it see the transaction's own writes layered over committed
+//     data; the writes become visible all at once when fn returns nil, and
+//     not at all when fn returns an error (or panics).
+//
+// Update commits are atomic and visible to later Views at once, but not
+// necessarily durable: a crash may lose the most recent commits. [Store.Sync]
+// makes every Update that committed before it durable. The namespace calls it
+// where POSIX promises durability (fsync, and before the exporter reports an
+// object uploaded), so the common path pays no disk flush.
+//
+// # The Pebble backend
+//
+// Pebble has no optimistic transactions. Update therefore builds an indexed
+// batch while holding the store's single writer slot: writers are serialized,
+// which is what makes them serializable, and is cheap on one machine because
+// an Update never waits on the network. A waiting Update gives up when its
+// context is cancelled. Views take no writer lock; each one reads through a
+// Pebble iterator created at its first read, which pins that state of the
+// database (and its memtables and sstables) until the View returns, so keep
+// Views short: never hold one across a network call. Commits use pebble.NoSync; Sync writes an empty record to
+// the write-ahead log with pebble.Sync, which fsyncs the log up to and
+// including every earlier record (older log files are synced when they are
+// rotated out).
+//
+// Pebble holds an exclusive lock on the LOCK file in its directory. Opening a
+// directory that another process (or another Store in this process) has open
+// fails with [ErrLocked].
+//
+// # Rules for callers
+//
+//   - Values returned by Reader.Get are copies the caller owns. Keys and values
+//     passed to a Scan callback are valid only during that call.
+//   - fn may run again only if the caller calls Update again; Update never
+//     retries on its own, so fn may have side effects outside the store, but
+//     those are not rolled back on error.
+//   - A Reader or Txn must not be used after its View or Update returns, nor
+//     from more than one goroutine.
+//   - Never call Update from inside another Update or View fn of the same
+//     Store: the writer slot is not reentrant and the call deadlocks (unless
+//     its context is cancelled).
+//
+// The helpers [AppendUint64], [Uint64] and [PrefixEnd] build the ordered keys
+// the namespace uses: big-endian integers sort numerically, and PrefixEnd
+// turns a prefix into the exclusive upper bound of a Scan.
+package kv

@@ -1,0 +1,65 @@
+package kv
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned by Reader.Get when the key has no value.
+var ErrNotFound = errors.New("kv: not found")
+
+// ErrLocked is returned by Open functions when the store's directory is
+// already open in another process or another Store of this process.
+var ErrLocked = errors.New("directory is locked by another open store (is another bucketfs running?)")
+
+// Reader reads a consistent state of the store. A Reader is valid only inside
+// the View or Update call that provided it and must not be shared between
+// goroutines.
+type Reader interface {
+	// Get returns the value stored at key, or ErrNotFound. The returned slice
+	// is a copy the caller may keep and modify.
+	Get(key []byte) ([]byte, error)
+
+	// Scan calls fn for every key in [lower, upper) in ascending order. A nil
+	// lower starts at the first key; a nil upper means no upper bound. fn
+	// returns false to stop early. k and v are valid only during the call.
+	// Inside an Update, Scan sees the transaction's writes made before Scan
+	// was called, but not those fn makes while the scan runs.
+	Scan(lower, upper []byte, fn func(k, v []byte) bool) error
+}
+
+// Txn is a read-write transaction. Its reads see its own writes.
+type Txn interface {
+	Reader
+
+	// Set stores value at key. The store copies key and value; the caller may
+	// reuse them when Set returns.
+	Set(key, value []byte) error
+
+	// Delete removes key. Deleting a missing key is not an error.
+	Delete(key []byte) error
+
+	// DeleteRange removes every key in [lower, upper). upper must not be nil;
+	// use PrefixEnd to bound a prefix.
+	DeleteRange(lower, upper []byte) error
+}
+
+// Store is an ordered transactional key-value store. All methods are safe for
+// concurrent use.
+type Store interface {
+	// View runs fn against a consistent snapshot. It never waits for writers.
+	// The error fn returns is returned unchanged.
+	View(ctx context.Context, fn func(r Reader) error) error
+
+	// Update runs fn as a serializable transaction. If fn returns nil its
+	// writes are committed atomically; otherwise nothing is written and fn's
+	// error is returned unchanged. Commits are visible at once but durable
+	// only after Sync.
+	Update(ctx context.Context, fn func(tx Txn) error) error
+
+	// Sync makes every Update committed before the call durable.
+	Sync(ctx context.Context) error
+
+	// Close releases the store. Calls after Close are not allowed.
+	Close() error
+}

@@ -1,0 +1,307 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// PebbleOptions tunes the embedded Pebble store. The zero value gives
+// defaults suited to a metadata workload: small keys and values, many point
+// lookups, short scans of one directory.
+type PebbleOptions struct {
+	// CacheSize is the block cache size in bytes. Default 64 MiB.
+	CacheSize int64
+	// MemTableSize is the size of one memtable in bytes. Default 32 MiB.
+	MemTableSize uint64
+}
+
+const (
+	defaultPebbleCacheSize    = 64 << 20
+	defaultPebbleMemTableSize = 32 << 20
+)
+
+// pebbleStore implements Store on one Pebble database.
+type pebbleStore struct {
+	db   *pebble.DB
+	lock *pebble.Lock // the directory lock; released after db.Close
+
+	// writer is the single writer slot: an Update holds it (a buffered
+	// channel of capacity 1, so that waiting honors ctx) from the start of fn
+	// until its batch is committed or discarded. Views never take it.
+	writer chan struct{}
+}
+
+var _ Store = (*pebbleStore)(nil)
+
+// OpenPebble opens, or creates, a Pebble store in dir. It fails with an error
+// matching ErrLocked if dir is held open by another process or Store.
+func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
+	if opt.CacheSize <= 0 {
+		opt.CacheSize = defaultPebbleCacheSize
+	}
+	if opt.MemTableSize == 0 {
+		opt.MemTableSize = defaultPebbleMemTableSize
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("kv: open pebble %s: %w", dir, err)
+	}
+	// Take the directory lock ourselves so a lock failure is told apart
+	// from any other open error.
+	lock, err := pebble.LockDirectory(dir, vfs.Default)
+	if err != nil {
+		// Failing to create the LOCK file is a *fs.PathError; failing to
+		// lock it (fcntl, or Pebble's in-process check) is not.
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			return nil, fmt.Errorf("kv: open pebble %s: %w", dir, err)
+		}
+		return nil, fmt.Errorf("kv: open pebble %s: %w (%v)", dir, ErrLocked, err)
+	}
+	o := &pebble.Options{
+		CacheSize:          opt.CacheSize,
+		MemTableSize:       opt.MemTableSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		Lock:               lock,
+		FS:                 vfs.Default,
+		Logger:             quietLogger{},
+	}
+	// Bloom filters let a lookup of a missing name (every create does one)
+	// skip most sstables. Levels below L0 inherit from L0.
+	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("kv: open pebble %s: %w", dir, err), lock.Close())
+	}
+	s := &pebbleStore{db: db, lock: lock, writer: make(chan struct{}, 1)}
+	return s, nil
+}
+
+// quietLogger drops Pebble's routine messages (WAL replay, opening) and
+// keeps its errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(format string, args ...any)  {}
+func (quietLogger) Errorf(format string, args ...any) { pebble.DefaultLogger.Errorf(format, args...) }
+func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }
+
+// View implements Store. It does not take the writer slot. Its reads go
+// through one Pebble iterator, created at the first read, that pins the
+// database state (sequence number, memtables, sstables) of that moment; scans
+// use clones of it, which see exactly the same state. This is cheaper than a
+// pebble.Snapshot, whose Close takes the database mutex and reconsiders
+// compactions on every call.
+func (s *pebbleStore) View(ctx context.Context, fn func(r Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := viewReaderPool.Get().(*viewReader)
+	r.db = s.db
+	defer func() {
+		if r.root != nil {
+			r.root.Close()
+		}
+		*r = viewReader{}
+		viewReaderPool.Put(r)
+	}()
+	return fn(r)
+}
+
+// Update implements Store. It holds the writer slot while fn runs and the
+// batch commits, so transactions are serialized.
+func (s *pebbleStore) Update(ctx context.Context, fn func(tx Txn) error) error {
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	b := s.db.NewIndexedBatch()
+	defer b.Close() // discards the batch if it was not committed
+	tx := batchTxn{b: b}
+	if err := fn(&tx); err != nil {
+		return err
+	}
+	if b.Empty() {
+		return nil
+	}
+	// NoSync: the commit is in the WAL's buffer and visible at once; Sync
+	// makes it durable.
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("kv: commit: %w", err)
+	}
+	return nil
+}
+
+// Sync implements Store. It writes an empty LogData record to the WAL with
+// pebble.Sync. The WAL is one append-only file (per memtable); syncing it up
+// to this record fsyncs every record before it, that is every batch committed
+// earlier with NoSync. WAL files rotated out before this call were synced
+// when they were closed. Sync does not take the writer slot: commits that race
+// with it may or may not be covered, commits that returned before it are.
+func (s *pebbleStore) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("kv: sync: %w", err)
+	}
+	return nil
+}
+
+// Close implements Store. It flushes nothing to sstables; unsynced commits
+// are written to the WAL (Pebble syncs the WAL when it closes it).
+func (s *pebbleStore) Close() error {
+	err := s.db.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return fmt.Errorf("kv: close: %w", err)
+	}
+	return nil
+}
+
+// viewReader is the Reader a View hands to fn. It is pooled: View is on
+// the path of every lookup and getattr.
+type viewReader struct {
+	db   *pebble.DB
+	root *pebble.Iterator // nil until the first read; unbounded
+}
+
+var viewReaderPool = sync.Pool{New: func() any { return new(viewReader) }}
+
+// state returns the iterator that fixes the state this View reads.
+func (r *viewReader) state() (*pebble.Iterator, error) {
+	if r.root == nil {
+		it, err := r.db.NewIter(nil)
+		if err != nil {
+			return nil, err
+		}
+		r.root = it
+	}
+	return r.root, nil
+}
+
+func (r *viewReader) Get(key []byte) ([]byte, error) {
+	it, err := r.state()
+	if err != nil {
+		return nil, fmt.Errorf("kv: get: %w", err)
+	}
+	// With the default comparer a key's prefix is the whole key, so this is
+	// a point lookup that consults bloom filters.
+	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("kv: get: %w", err)
+		}
+		return nil, ErrNotFound
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, fmt.Errorf("kv: get: %w", err)
+	}
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out, nil
+}
+
+func (r *viewReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	root, err := r.state()
+	if err != nil {
+		return fmt.Errorf("kv: scan: %w", err)
+	}
+	it, err := root.Clone(pebble.CloneOptions{
+		IterOptions: &pebble.IterOptions{LowerBound: lower, UpperBound: upper},
+	})
+	if err != nil {
+		return fmt.Errorf("kv: scan: %w", err)
+	}
+	return scan(it, fn)
+}
+
+// batchTxn is the Txn an Update hands to fn.
+type batchTxn struct {
+	b *pebble.Batch
+}
+
+func (t *batchTxn) Get(key []byte) ([]byte, error) {
+	v, closer, err := t.b.Get(key)
+	return copyValue(v, closer, err)
+}
+
+func (t *batchTxn) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("kv: scan: %w", err)
+	}
+	return scan(it, fn)
+}
+
+func (t *batchTxn) Set(key, value []byte) error {
+	if err := t.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("kv: set: %w", err)
+	}
+	return nil
+}
+
+func (t *batchTxn) Delete(key []byte) error {
+	if err := t.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("kv: delete: %w", err)
+	}
+	return nil
+}
+
+func (t *batchTxn) DeleteRange(lower, upper []byte) error {
+	if upper == nil {
+		return errors.New("kv: delete range: upper bound required")
+	}
+	if err := t.b.DeleteRange(lower, upper, nil); err != nil {
+		return fmt.Errorf("kv: delete range: %w", err)
+	}
+	return nil
+}
+
+// copyValue turns the result of a Pebble Get into a value the caller owns.
+func copyValue(v []byte, closer interface{ Close() error }, err error) ([]byte, error) {
+	if err != nil {
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("kv: get: %w", err)
+	}
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out, closer.Close()
+}
+
+// scan walks it from the first key to the end or until fn returns false,
+// then closes it.
+func scan(it *pebble.Iterator, fn func(k, v []byte) bool) (err error) {
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("kv: scan: %w", cerr)
+		}
+	}()
+	for valid := it.First(); valid; valid = it.Next() {
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			return fmt.Errorf("kv: scan: %w", verr)
+		}
+		if !fn(it.Key(), v) {
+			return nil
+		}
+	}
+	return nil
+}

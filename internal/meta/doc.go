@@ -1,0 +1,36 @@
+// Package meta keeps the namespace of one bucketfs file system in an ordered
+// transactional key-value store (package kv): inodes with their POSIX
+// attributes, directory entries, the reverse link records that give every
+// inode its paths, extended attributes, per-directory import state, the
+// per-inode sync state, and the queue of inodes the exporter must reconcile
+// with the bucket.
+//
+// # Model
+//
+// Every file, directory, symlink and special file is an inode with a number
+// that never changes and is never reused, so inode numbers (and the NFS
+// filehandles built from them) are stable across restarts. A directory entry
+// maps (parent, name) to a child; a link record maps (child, parent, name)
+// back, so a hard-linked file knows each of its names and a directory knows
+// its one parent.
+//
+// Sync state lives on the inode. Gen counts changes that must reach the
+// bucket; ExportedGen is the Gen last uploaded, so an inode is dirty while
+// they differ. Keys lists the objects in the bucket that currently represent
+// the inode (one per name it was last exported or imported under), each with
+// the ETag and version id the file side last saw. Base is the object version
+// whose bytes back any range of the file that is not present in the tier.
+//
+// The export queue holds inodes whose bucket side may be out of date, each
+// with the earliest time it may be reconciled. Every change pushes that time
+// to now plus the export delay, which is what makes the delay a quiet period.
+// Unlinked inodes stay in the queue (with no links) until the exporter has
+// deleted their objects and nothing holds them open.
+//
+// # Invariants
+//
+// All changes happen in one kv transaction each, so a crash leaves either the
+// whole operation or none of it. This package never talks to the bucket or
+// to the tier; it only records what they hold. Permission checks belong to
+// package vfs: meta applies what it is told.
+package meta

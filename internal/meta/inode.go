@@ -1,0 +1,205 @@
+package meta
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Ino is an inode number. Numbers are allocated once and never reused.
+type Ino uint64
+
+// RootIno is the inode number of the root directory (FUSE's root node id).
+const RootIno Ino = 1
+
+// Object names one version of one object in the bucket.
+type Object struct {
+	Key       string // relative to the file system's prefix
+	ETag      string
+	VersionID string
+	Size      int64
+}
+
+// Flags are per-inode booleans.
+type Flags uint32
+
+const (
+	// Local: every byte of the file is in the tier (it was created on the
+	// file side), so no read ever needs the bucket.
+	Local Flags = 1 << iota
+	// Listed: a directory whose children have all been imported from the
+	// bucket (or that never had a bucket side).
+	Listed
+	// NoExport: this inode and everything below it never reach the bucket
+	// (the lost+found directory).
+	NoExport
+)
+
+// Inode is the stored form of one file system object.
+type Inode struct {
+	Ino                 Ino
+	Mode                uint32 // file type and permission bits, as in st_mode
+	Uid, Gid            uint32
+	Nlink               uint32
+	Rdev                uint32
+	Size                int64
+	Atime, Mtime, Ctime int64 // nanoseconds since the epoch
+	Flags               Flags
+	Target              string // symlink target
+
+	// Gen counts changes that must reach the bucket; ExportedGen is the Gen
+	// of the last complete export (or import). The inode is dirty while they
+	// differ.
+	Gen, ExportedGen uint64
+	// Base is the object version backing ranges not present in the tier.
+	Base Object
+	// Keys are the objects that represent this inode in the bucket, one per
+	// name as last synced.
+	Keys []Object
+	// Source is, for a directory, the bucket prefix (with a trailing "/",
+	// "" for the root) its children are listed from.
+	Source string
+}
+
+// Type returns the file type bits of the mode.
+func (in *Inode) Type() uint32 { return in.Mode & syscall.S_IFMT }
+
+// IsDir reports whether the inode is a directory.
+func (in *Inode) IsDir() bool { return in.Type() == syscall.S_IFDIR }
+
+// IsRegular reports whether the inode is a regular file.
+func (in *Inode) IsRegular() bool { return in.Type() == syscall.S_IFREG }
+
+// Dirty reports whether the inode has changes not yet exported.
+func (in *Inode) Dirty() bool { return in.Gen != in.ExportedGen }
+
+// Has reports whether every flag in f is set.
+func (in *Inode) Has(f Flags) bool { return in.Flags&f == f }
+
+const inodeVersion = 1
+
+var errCorrupt = errors.New("meta: corrupt inode record")
+
+func (in *Inode) encode(b []byte) []byte {
+	b = append(b, inodeVersion)
+	b = binary.AppendUvarint(b, uint64(in.Ino))
+	b = binary.AppendUvarint(b, uint64(in.Mode))
+	b = binary.AppendUvarint(b, uint64(in.Uid))
+	b = binary.AppendUvarint(b, uint64(in.Gid))
+	b = binary.AppendUvarint(b, uint64(in.Nlink))
+	b = binary.AppendUvarint(b, uint64(in.Rdev))
+	b = binary.AppendVarint(b, in.Size)
+	b = binary.AppendVarint(b, in.Atime)
+	b = binary.AppendVarint(b, in.Mtime)
+	b = binary.AppendVarint(b, in.Ctime)
+	b = binary.AppendUvarint(b, uint64(in.Flags))
+	b = appendString(b, in.Target)
+	b = binary.AppendUvarint(b, in.Gen)
+	b = binary.AppendUvarint(b, in.ExportedGen)
+	b = in.Base.encode(b)
+	b = binary.AppendUvarint(b, uint64(len(in.Keys)))
+	for i := range in.Keys {
+		b = in.Keys[i].encode(b)
+	}
+	b = appendString(b, in.Source)
+	return b
+}
+
+func (o *Object) encode(b []byte) []byte {
+	b = appendString(b, o.Key)
+	b = appendString(b, o.ETag)
+	b = appendString(b, o.VersionID)
+	return binary.AppendVarint(b, o.Size)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decoder reads the fields encode wrote; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) object() Object {
+	return Object{Key: d.string(), ETag: d.string(), VersionID: d.string(), Size: d.varint()}
+}
+
+func decodeInode(b []byte) (Inode, error) {
+	if len(b) == 0 || b[0] != inodeVersion {
+		return Inode{}, errCorrupt
+	}
+	d := decoder{b: b[1:]}
+	in := Inode{
+		Ino:   Ino(d.uvarint()),
+		Mode:  uint32(d.uvarint()),
+		Uid:   uint32(d.uvarint()),
+		Gid:   uint32(d.uvarint()),
+		Nlink: uint32(d.uvarint()),
+		Rdev:  uint32(d.uvarint()),
+		Size:  d.varint(),
+		Atime: d.varint(),
+		Mtime: d.varint(),
+		Ctime: d.varint(),
+	}
+	in.Flags = Flags(d.uvarint())
+	in.Target = d.string()
+	in.Gen = d.uvarint()
+	in.ExportedGen = d.uvarint()
+	in.Base = d.object()
+	nkeys := d.uvarint()
+	if nkeys > uint64(len(d.b)) { // each key takes at least one byte
+		return Inode{}, errCorrupt
+	}
+	for i := uint64(0); i < nkeys && d.err == nil; i++ {
+		in.Keys = append(in.Keys, d.object())
+	}
+	in.Source = d.string()
+	if d.err != nil {
+		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)
+	}
+	return in, nil
+}

@@ -1,0 +1,274 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"bucketfs/internal/kv"
+)
+
+func openStore(t *testing.T, dir string) *Store {
+	t.Helper()
+	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := Open(context.Background(), db, Options{ExportDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustCreate(t *testing.T, s *Store, parent Ino, name string, mode uint32) Inode {
+	t.Helper()
+	in, err := s.Create(context.Background(), parent, name, Inode{Mode: mode}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func TestNewFileSystemHasPrivateRootAndLostFound(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	root, err := s.Get(ctx, RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.Mode != syscall.S_IFDIR|0o700 || root.Uid != 0 || root.Gid != 0 {
+		t.Fatalf("root mode %o uid %d gid %d", root.Mode, root.Uid, root.Gid)
+	}
+	lf, err := s.Lookup(ctx, RootIno, s.LostFoundName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lf.Mode != syscall.S_IFDIR|0o700 || !lf.Has(NoExport) {
+		t.Fatalf("lost+found mode %o flags %b", lf.Mode, lf.Flags)
+	}
+	if _, err := s.Remove(ctx, RootIno, s.LostFoundName(), true, nil); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("rmdir lost+found: %v", err)
+	}
+	if n, _, _ := s.QueueStats(ctx); n != 0 {
+		t.Fatalf("a new file system has %d queued exports", n)
+	}
+}
+
+func TestInodeNumbersSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mustCreate(t, s, RootIno, "d", syscall.S_IFDIR|0o755)
+	f := mustCreate(t, s, d.Ino, "f", syscall.S_IFREG|0o644)
+	fsid := s.Fsid()
+	s.Sync(ctx)
+	db.Close()
+
+	s2 := openStore(t, dir)
+	if s2.Fsid() != fsid {
+		t.Fatalf("fsid changed: %s then %s", fsid, s2.Fsid())
+	}
+	got, err := s2.Lookup(ctx, d.Ino, "f")
+	if err != nil || got.Ino != f.Ino {
+		t.Fatalf("lookup after reopen: %v, ino %d want %d", err, got.Ino, f.Ino)
+	}
+	g := mustCreate(t, s2, d.Ino, "g", syscall.S_IFREG|0o644)
+	if g.Ino <= f.Ino {
+		t.Fatalf("inode number %d reused after reopen (last was %d)", g.Ino, f.Ino)
+	}
+}
+
+func TestNamespaceOperations(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
+	a := mustCreate(t, s, RootIno, "a", syscall.S_IFDIR|0o755)
+	b := mustCreate(t, s, RootIno, "b", syscall.S_IFDIR|0o755)
+	f := mustCreate(t, s, a.Ino, "f", syscall.S_IFREG|0o644)
+	mustCreate(t, s, b.Ino, "sub", syscall.S_IFDIR|0o755)
+
+	if _, err := s.Create(ctx, a.Ino, "f", Inode{Mode: syscall.S_IFREG}, nil); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("create over existing: %v", err)
+	}
+	if _, err := s.Link(ctx, f.Ino, b.Ino, "hard", nil); err != nil {
+		t.Fatal(err)
+	}
+	paths, _, err := s.Paths(ctx, f.Ino)
+	if err != nil || len(paths) != 2 {
+		t.Fatalf("paths %v %v", paths, err)
+	}
+	if _, err := s.Remove(ctx, RootIno, "b", true, nil); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rmdir non-empty: %v", err)
+	}
+	if _, err := s.Rename(ctx, RootIno, "a", a.Ino, "x", 0, nil); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("rename dir into itself: %v", err)
+	}
+	if _, err := s.Rename(ctx, a.Ino, "f", b.Ino, "sub", 0, nil); !errors.Is(err, syscall.EISDIR) {
+		t.Fatalf("rename file over dir: %v", err)
+	}
+	if _, err := s.Rename(ctx, RootIno, "a", b.Ino, "hard", 0, nil); !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("rename dir over file: %v", err)
+	}
+	if _, err := s.Rename(ctx, a.Ino, "f", b.Ino, "hard", RenameNoReplace, nil); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("noreplace: %v", err)
+	}
+	// Renaming one name of an inode onto another name of it does nothing.
+	if _, err := s.Rename(ctx, a.Ino, "f", b.Ino, "hard", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(ctx, a.Ino, "f"); err != nil {
+		t.Fatalf("rename onto own hard link removed the source: %v", err)
+	}
+	// Exchange a directory and a file across parents.
+	if _, err := s.Rename(ctx, a.Ino, "f", b.Ino, "sub", RenameExchange, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Lookup(ctx, a.Ino, "f")
+	if !got.IsDir() {
+		t.Fatal("exchange did not swap")
+	}
+	ga, _ := s.Get(ctx, a.Ino)
+	gb, _ := s.Get(ctx, b.Ino)
+	if ga.Nlink != 3 || gb.Nlink != 2 {
+		t.Fatalf("after exchange nlink a=%d b=%d, want 3 and 2", ga.Nlink, gb.Nlink)
+	}
+	// Move a whole directory: its path changes, its inode does not.
+	if _, err := s.Rename(ctx, RootIno, "a", b.Ino, "a2", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := s.Lookup(ctx, b.Ino, "a2")
+	if err != nil || moved.Ino != a.Ino {
+		t.Fatalf("moved dir: %v ino %d", err, moved.Ino)
+	}
+	paths, _, _ = s.Paths(ctx, got.Ino)
+	if len(paths) != 1 || paths[0] != "b/a2/f" {
+		t.Fatalf("paths after moving the parent: %v", paths)
+	}
+	// Replace a file: the old target loses its last name.
+	mustCreate(t, s, RootIno, "t", syscall.S_IFREG|0o644)
+	victim := mustCreate(t, s, RootIno, "v", syscall.S_IFREG|0o644)
+	rep, err := s.Rename(ctx, RootIno, "t", RootIno, "v", 0, nil)
+	if err != nil || rep == nil || rep.Ino != victim.Ino || rep.Nlink != 0 {
+		t.Fatalf("replace: %v %+v", err, rep)
+	}
+	ents, err := s.ReadDir(ctx, RootIno, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name)
+	}
+	want := []string{s.LostFoundName(), "b", "v"}
+	if len(names) != len(want) {
+		t.Fatalf("root lists %v, want %v", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			t.Fatalf("root lists %v, want %v", names, want)
+		}
+	}
+	page, _ := s.ReadDir(ctx, RootIno, "b", 100)
+	if len(page) != 1 || page[0].Name != "v" {
+		t.Fatalf("readdir after b: %v", page)
+	}
+}
+
+func TestQueueTracksQuietPeriodAndSync(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustCreate(t, s, RootIno, "f", syscall.S_IFREG|0o644)
+	if due, _ := s.Due(ctx, now.Add(59*time.Second), 10); len(due) != 0 {
+		t.Fatalf("due before the delay: %v", due)
+	}
+	now = now.Add(30 * time.Second)
+	s.Update(ctx, f.Ino, func(in *Inode) (Change, error) { in.Size = 5; return DataChange, nil })
+	if due, _ := s.Due(ctx, now.Add(59*time.Second), 10); len(due) != 0 {
+		t.Fatalf("a write did not restart the quiet period: %v", due)
+	}
+	due, _ := s.Due(ctx, now.Add(time.Minute), 10)
+	if len(due) != 1 || due[0].Ino != f.Ino {
+		t.Fatalf("due: %v", due)
+	}
+	cur, _ := s.Get(ctx, f.Ino)
+	// A write while the export runs keeps the inode queued and dirty.
+	s.Update(ctx, f.Ino, func(in *Inode) (Change, error) { in.Size = 6; return DataChange, nil })
+	in, done, err := s.Synced(ctx, due[0], cur.Gen, func(in *Inode) { in.Keys = []Object{{Key: "f"}} })
+	if err != nil || done || !in.Dirty() {
+		t.Fatalf("synced during a write: done=%v dirty=%v err=%v", done, in.Dirty(), err)
+	}
+	due, _ = s.Due(ctx, now.Add(time.Hour), 10)
+	cur, _ = s.Get(ctx, f.Ino)
+	in, done, err = s.Synced(ctx, due[0], cur.Gen, func(in *Inode) {})
+	if err != nil || !done || in.Dirty() || in.Has(DataDirty) {
+		t.Fatalf("clean sync: done=%v dirty=%v err=%v", done, in.Dirty(), err)
+	}
+	if n, _, _ := s.QueueStats(ctx); n != 0 {
+		t.Fatalf("queue holds %d after sync", n)
+	}
+}
+
+func TestImportedChildrenDoNotReplaceLocalNames(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
+	local := mustCreate(t, s, RootIno, "same", syscall.S_IFREG|0o600)
+	n, err := s.AddImported(ctx, RootIno, []Imported{
+		{Name: "same", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "same", Size: 3}},
+		{Name: "dir", Mode: syscall.S_IFDIR | 0o755},
+		{Name: s.LostFoundName(), Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: s.LostFoundName()}},
+	}, true)
+	if err != nil || n != 1 {
+		t.Fatalf("added %d, %v", n, err)
+	}
+	got, _ := s.Lookup(ctx, RootIno, "same")
+	if got.Ino != local.Ino {
+		t.Fatal("import replaced a local file")
+	}
+	d, _ := s.Lookup(ctx, RootIno, "dir")
+	if d.Source != "dir/" || d.Has(Listed) {
+		t.Fatalf("imported dir source %q flags %b", d.Source, d.Flags)
+	}
+	root, _ := s.Get(ctx, RootIno)
+	if !root.Has(Listed) || root.Nlink != 4 {
+		t.Fatalf("root flags %b nlink %d", root.Flags, root.Nlink)
+	}
+}
+
+func TestInodeEncodingRoundTrips(t *testing.T) {
+	in := Inode{Ino: 7, Mode: syscall.S_IFLNK | 0o777, Uid: 1000, Gid: 100, Nlink: 1, Size: -1,
+		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Local | DataDirty,
+		Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
+		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/"}
+	out, err := decodeInode(in.encode(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Target != in.Target || out.Size != in.Size || len(out.Keys) != 2 || out.Keys[1].ETag != "t" ||
+		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime {
+		t.Fatalf("round trip: %+v", out)
+	}
+	for i := 0; i < len(in.encode(nil)); i++ {
+		if _, err := decodeInode(in.encode(nil)[:i]); err == nil {
+			t.Fatalf("truncated record of %d bytes decoded", i)
+		}
+	}
+}

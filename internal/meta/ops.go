@@ -1,0 +1,417 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/kv"
+)
+
+// DataDirty marks an inode whose bytes (not only attributes) changed since
+// the last export.
+const DataDirty Flags = 1 << 8
+
+// Change says what an Update did to an inode, and so what must reach the
+// bucket.
+type Change int
+
+const (
+	// NoChange: nothing the bucket keeps (atime, xattrs, lock state).
+	NoChange Change = iota
+	// AttrChange: mode, owner or times; exported as a metadata update.
+	AttrChange
+	// DataChange: the bytes changed; exported as a new object version.
+	DataChange
+)
+
+// Entry is one directory entry.
+type Entry struct {
+	Name string
+	Ino  Ino
+	Type uint32 // S_IFMT bits
+}
+
+// Get returns the inode numbered ino.
+func (s *Store) Get(ctx context.Context, ino Ino) (in Inode, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		in, err = getInode(r, ino)
+		return err
+	})
+	return in, err
+}
+
+// Lookup returns the child named name in directory parent.
+func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		ino, err := getEntry(r, parent, name)
+		if err != nil {
+			return err
+		}
+		in, err = getInode(r, ino)
+		return err
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("lookup %q in %d: %w", name, parent, err)
+	}
+	return in, nil
+}
+
+// Check is called inside a transaction with the current state of the
+// inodes an operation touches, so that permission checks see exactly what
+// the operation changes. A non-nil error aborts the operation.
+type Check func(parent, child *Inode) error
+
+// Create makes a new inode from tmpl (Mode, Uid, Gid, Rdev, Target, Size,
+// Flags are used) under the name name in parent. It fails with EEXIST when
+// the name is taken. check, if non-nil, sees the parent and the new inode.
+func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if check != nil {
+			p, err := getInode(tx, parent)
+			if err != nil {
+				return err
+			}
+			if err := check(&p, &tmpl); err != nil {
+				return err
+			}
+		}
+		in, err = s.create(tx, parent, name, tmpl)
+		return err
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
+	}
+	return in, nil
+}
+
+func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, error) {
+	p, err := getInode(tx, parent)
+	if err != nil {
+		return Inode{}, err
+	}
+	if !p.IsDir() {
+		return Inode{}, syscall.ENOTDIR
+	}
+	if p.Nlink == 0 {
+		return Inode{}, syscall.ENOENT
+	}
+	if _, err := getEntry(tx, parent, name); err == nil {
+		return Inode{}, syscall.EEXIST
+	} else if !errors.Is(err, syscall.ENOENT) {
+		return Inode{}, err
+	}
+	if in.Ino, err = s.allocIno(tx); err != nil {
+		return Inode{}, err
+	}
+	now := s.now()
+	ns := now.UnixNano()
+	in.Atime, in.Mtime, in.Ctime = ns, ns, ns
+	in.Nlink = 1
+	if in.IsDir() {
+		in.Nlink = 2
+		in.Flags |= Listed
+		p.Nlink++
+	}
+	in.Flags |= Local
+	if !in.Has(NoExport) {
+		in.Gen = 1
+		in.Flags |= DataDirty
+		if err := enqueue(tx, in.Ino, now.Add(s.exportDelay)); err != nil {
+			return Inode{}, err
+		}
+	}
+	p.Mtime, p.Ctime = ns, ns
+	if err := putInode(tx, &p); err != nil {
+		return Inode{}, err
+	}
+	if err := putInode(tx, &in); err != nil {
+		return Inode{}, err
+	}
+	return in, putEntry(tx, parent, name, &in)
+}
+
+// Link adds the name newName in newParent for the existing non-directory ino.
+func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, check Check) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if in, err = getInode(tx, ino); err != nil {
+			return err
+		}
+		p, err := getInode(tx, newParent)
+		if err != nil {
+			return err
+		}
+		switch {
+		case in.IsDir():
+			return syscall.EPERM
+		case !p.IsDir():
+			return syscall.ENOTDIR
+		case in.Nlink == 0 || p.Nlink == 0:
+			return syscall.ENOENT
+		}
+		if check != nil {
+			if err := check(&p, &in); err != nil {
+				return err
+			}
+		}
+		if _, err := getEntry(tx, newParent, newName); err == nil {
+			return syscall.EEXIST
+		}
+		now := s.now()
+		in.Nlink++
+		in.Ctime = now.UnixNano()
+		p.Mtime, p.Ctime = in.Ctime, in.Ctime
+		if err := s.markChanged(tx, &in, NoChange, now); err != nil {
+			return err
+		}
+		if err := putInode(tx, &p); err != nil {
+			return err
+		}
+		return putEntry(tx, newParent, newName, &in)
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("link %d as %q in %d: %w", ino, newName, newParent, err)
+	}
+	return in, nil
+}
+
+// Remove unlinks name from parent: a non-directory when dir is false
+// (unlink), an empty directory when dir is true (rmdir). It returns the
+// inode as it is after the removal (Nlink 0 when this was its last name).
+func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, check Check) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, err := getInode(tx, parent)
+		if err != nil {
+			return err
+		}
+		ino, err := getEntry(tx, parent, name)
+		if err != nil {
+			return err
+		}
+		if in, err = getInode(tx, ino); err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(&p, &in); err != nil {
+				return err
+			}
+		}
+		if in.Has(NoExport) && parent == RootIno {
+			return syscall.EPERM // lost+found itself stays
+		}
+		if err := s.unlink(tx, &p, name, &in, dir); err != nil {
+			return err
+		}
+		return putInode(tx, &p)
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("remove %q from %d: %w", name, parent, err)
+	}
+	return in, nil
+}
+
+// unlink removes the entry name of in from p, updating both in memory and in
+// to the store (p is written by the caller).
+func (s *Store) unlink(tx kv.Txn, p *Inode, name string, in *Inode, dir bool) error {
+	if dir != in.IsDir() {
+		if dir {
+			return syscall.ENOTDIR
+		}
+		return syscall.EISDIR
+	}
+	if dir {
+		empty, err := isEmpty(tx, in.Ino)
+		if err != nil {
+			return err
+		}
+		if !empty {
+			return syscall.ENOTEMPTY
+		}
+		in.Nlink = 0
+		p.Nlink--
+	} else {
+		in.Nlink--
+	}
+	now := s.now()
+	ns := now.UnixNano()
+	p.Mtime, p.Ctime, in.Ctime = ns, ns, ns
+	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+		return err
+	}
+	return s.markChanged(tx, in, NoChange, now)
+}
+
+func isEmpty(r kv.Reader, dir Ino) (bool, error) {
+	empty := true
+	prefix := entryPrefix(dir)
+	err := r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+		empty = false
+		return false
+	})
+	return empty, err
+}
+
+// markChanged records a change of in, writes it, and schedules it for
+// export after the quiet period.
+func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error {
+	switch c {
+	case AttrChange:
+		in.Gen++
+	case DataChange:
+		in.Gen++
+		in.Flags |= DataDirty
+	}
+	if err := putInode(tx, in); err != nil {
+		return err
+	}
+	if in.Has(NoExport) {
+		return nil
+	}
+	return enqueue(tx, in.Ino, now.Add(s.exportDelay))
+}
+
+// Update applies fn to the current inode in one transaction. fn says what it
+// changed; anything but NoChange schedules the inode for export.
+func (s *Store) Update(ctx context.Context, ino Ino, fn func(in *Inode) (Change, error)) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if in, err = getInode(tx, ino); err != nil {
+			return err
+		}
+		c, err := fn(&in)
+		if err != nil {
+			return err
+		}
+		if c == NoChange {
+			return putInode(tx, &in)
+		}
+		return s.markChanged(tx, &in, c, s.now())
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("update inode %d: %w", ino, err)
+	}
+	return in, nil
+}
+
+// ReadDir returns up to limit entries of dir whose names sort after after,
+// in name order.
+func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (out []Entry, err error) {
+	prefix := entryPrefix(dir)
+	lower := prefix
+	if after != "" {
+		lower = append(entryKey(dir, after), 0)
+	}
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		return r.Scan(lower, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			if len(v) < 9 {
+				return true
+			}
+			out = append(out, Entry{Name: string(k[len(prefix):]), Ino: Ino(kv.Uint64(v)), Type: uint32(v[8]) << 12})
+			return len(out) < limit
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("readdir %d: %w", dir, err)
+	}
+	return out, nil
+}
+
+// Links returns the (parent, name) pairs that name ino.
+func (s *Store) Links(ctx context.Context, ino Ino) (out []Link, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		out, err = links(r, ino)
+		return err
+	})
+	return out, err
+}
+
+// Link is one name of an inode.
+type Link struct {
+	Parent Ino
+	Name   string
+}
+
+func links(r kv.Reader, ino Ino) (out []Link, err error) {
+	prefix := linkPrefix(ino)
+	err = r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+		rest := k[len(prefix):]
+		if len(rest) >= 8 {
+			out = append(out, Link{Parent: Ino(kv.Uint64(rest)), Name: string(rest[8:])})
+		}
+		return true
+	})
+	return out, err
+}
+
+// Paths returns every path of ino, relative to the root and without a
+// leading slash ("" for the root itself). A path under the lost+found
+// directory is returned with underLostFound set, so the exporter can leave it
+// alone.
+func (s *Store) Paths(ctx context.Context, ino Ino) (paths []string, underLostFound []bool, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		paths, underLostFound = nil, nil
+		ls, err := links(r, ino)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			dir, lf, err := s.dirPath(r, l.Parent)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, dir+l.Name)
+			underLostFound = append(underLostFound, lf)
+		}
+		return nil
+	})
+	return paths, underLostFound, err
+}
+
+// dirPath returns the path of directory ino with a trailing slash ("" for
+// the root), and whether it lies under lost+found.
+func (s *Store) dirPath(r kv.Reader, ino Ino) (string, bool, error) {
+	var parts []string
+	lf := false
+	for depth := 0; ino != RootIno; depth++ {
+		if depth > 4096 {
+			return "", false, fmt.Errorf("path of %d: %w", ino, syscall.ELOOP)
+		}
+		if ino == s.lostFound {
+			lf = true
+		}
+		ls, err := links(r, ino)
+		if err != nil {
+			return "", false, err
+		}
+		if len(ls) == 0 {
+			return "", false, fmt.Errorf("path of %d: %w", ino, syscall.ENOENT)
+		}
+		parts = append(parts, ls[0].Name)
+		ino = ls[0].Parent
+	}
+	var b bytes.Buffer
+	for i := len(parts) - 1; i >= 0; i-- {
+		b.WriteString(parts[i])
+		b.WriteByte('/')
+	}
+	return b.String(), lf, nil
+}
+
+// isAncestor reports whether dir a is dir b or one of b's ancestors.
+func (s *Store) isAncestor(r kv.Reader, a, b Ino) (bool, error) {
+	for depth := 0; ; depth++ {
+		if a == b {
+			return true, nil
+		}
+		if b == RootIno || depth > 4096 {
+			return false, nil
+		}
+		ls, err := links(r, b)
+		if err != nil || len(ls) == 0 {
+			return false, err
+		}
+		b = ls[0].Parent
+	}
+}

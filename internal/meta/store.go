@@ -1,0 +1,216 @@
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/kv"
+)
+
+// Key layout. Integers are big-endian so that keys sort by number.
+//
+//	c/fsid                      file system id (hex)
+//	c/next                      next inode number to allocate
+//	i<ino>                      inode record
+//	d<parent><name>             directory entry: child ino + type byte
+//	l<ino><parent><name>        link record (empty value)
+//	x<ino><name>                extended attribute value
+//	q<ino>                      export queue: earliest reconcile time (unix ns)
+const (
+	pInode = 'i'
+	pEntry = 'd'
+	pLink  = 'l'
+	pXattr = 'x'
+	pQueue = 'q'
+)
+
+var (
+	keyFsid = []byte("c/fsid")
+	keyNext = []byte("c/next")
+)
+
+// LostFoundPrefix starts the name of the lost+found directory at the root.
+const LostFoundPrefix = ".bucketfs-lost+found-"
+
+// Options configure a Store.
+type Options struct {
+	// ExportDelay is the quiet period after the last change before an inode
+	// is due for export.
+	ExportDelay time.Duration
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is the namespace of one file system. It is safe for concurrent use.
+type Store struct {
+	kv          kv.Store
+	fsid        string
+	lostFound   Ino
+	exportDelay time.Duration
+	now         func() time.Time
+}
+
+// Open loads the namespace from db, creating a new file system (root
+// directory owned by root with mode 0700, and the lost+found directory) when
+// db is empty.
+func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
+	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	err := db.Update(ctx, func(tx kv.Txn) error {
+		v, err := tx.Get(keyFsid)
+		if err == nil {
+			s.fsid = string(v)
+			return nil
+		}
+		if !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+		return s.format(tx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open namespace: %w", err)
+	}
+	lf, err := s.Lookup(ctx, RootIno, s.LostFoundName())
+	if err != nil {
+		return nil, fmt.Errorf("open namespace: lost+found: %w", err)
+	}
+	s.lostFound = lf.Ino
+	if err := db.Sync(ctx); err != nil {
+		return nil, fmt.Errorf("open namespace: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) format(tx kv.Txn) error {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	s.fsid = hex.EncodeToString(id[:])
+	if err := tx.Set(keyFsid, []byte(s.fsid)); err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	root := Inode{Ino: RootIno, Mode: syscall.S_IFDIR | 0o700, Nlink: 2,
+		Atime: now, Mtime: now, Ctime: now}
+	if err := tx.Set(keyNext, kv.AppendUint64(nil, uint64(RootIno)+1)); err != nil {
+		return err
+	}
+	if err := putInode(tx, &root); err != nil {
+		return err
+	}
+	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Flags: Local | Listed | NoExport}
+	_, err := s.create(tx, RootIno, s.LostFoundName(), lf)
+	return err
+}
+
+// Fsid is the file system's random id, fixed when it was created.
+func (s *Store) Fsid() string { return s.fsid }
+
+// LostFoundName is the name of the lost+found directory at the root.
+func (s *Store) LostFoundName() string { return LostFoundPrefix + s.fsid }
+
+// LostFound is the inode number of the lost+found directory.
+func (s *Store) LostFound() Ino { return s.lostFound }
+
+// Sync makes every committed change durable.
+func (s *Store) Sync(ctx context.Context) error { return s.kv.Sync(ctx) }
+
+// KV exposes the underlying store for packages that keep their own records
+// beside the namespace (counters, import state).
+func (s *Store) KV() kv.Store { return s.kv }
+
+func inodeKey(ino Ino) []byte {
+	return kv.AppendUint64([]byte{pInode}, uint64(ino))
+}
+
+func entryPrefix(parent Ino) []byte {
+	return kv.AppendUint64([]byte{pEntry}, uint64(parent))
+}
+
+func entryKey(parent Ino, name string) []byte {
+	return append(entryPrefix(parent), name...)
+}
+
+func linkPrefix(ino Ino) []byte {
+	return kv.AppendUint64([]byte{pLink}, uint64(ino))
+}
+
+func linkKey(ino, parent Ino, name string) []byte {
+	return append(kv.AppendUint64(linkPrefix(ino), uint64(parent)), name...)
+}
+
+func xattrPrefix(ino Ino) []byte {
+	return kv.AppendUint64([]byte{pXattr}, uint64(ino))
+}
+
+func queueKey(ino Ino) []byte {
+	return kv.AppendUint64([]byte{pQueue}, uint64(ino))
+}
+
+func getInode(r kv.Reader, ino Ino) (Inode, error) {
+	v, err := r.Get(inodeKey(ino))
+	if errors.Is(err, kv.ErrNotFound) {
+		return Inode{}, fmt.Errorf("inode %d: %w", ino, syscall.ENOENT)
+	}
+	if err != nil {
+		return Inode{}, err
+	}
+	return decodeInode(v)
+}
+
+func putInode(tx kv.Txn, in *Inode) error {
+	return tx.Set(inodeKey(in.Ino), in.encode(nil))
+}
+
+// getEntry returns the child named name in parent.
+func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
+	v, err := r.Get(entryKey(parent, name))
+	if errors.Is(err, kv.ErrNotFound) {
+		return 0, syscall.ENOENT
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(v) < 8 {
+		return 0, errCorrupt
+	}
+	return Ino(kv.Uint64(v)), nil
+}
+
+func putEntry(tx kv.Txn, parent Ino, name string, child *Inode) error {
+	v := kv.AppendUint64(make([]byte, 0, 9), uint64(child.Ino))
+	v = append(v, byte(child.Type()>>12))
+	if err := tx.Set(entryKey(parent, name), v); err != nil {
+		return err
+	}
+	return tx.Set(linkKey(child.Ino, parent, name), nil)
+}
+
+func delEntry(tx kv.Txn, parent Ino, name string, child Ino) error {
+	if err := tx.Delete(entryKey(parent, name)); err != nil {
+		return err
+	}
+	return tx.Delete(linkKey(child, parent, name))
+}
+
+// enqueue schedules ino for reconciliation at due, replacing an earlier time.
+func enqueue(tx kv.Txn, ino Ino, due time.Time) error {
+	return tx.Set(queueKey(ino), kv.AppendUint64(nil, uint64(due.UnixNano())))
+}
+
+func (s *Store) allocIno(tx kv.Txn) (Ino, error) {
+	v, err := tx.Get(keyNext)
+	if err != nil {
+		return 0, fmt.Errorf("allocate inode: %w", err)
+	}
+	ino := kv.Uint64(v)
+	return Ino(ino), tx.Set(keyNext, kv.AppendUint64(nil, ino+1))
+}

@@ -1,0 +1,340 @@
+package readahead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// Source reads byte ranges of one pinned object version.
+type Source interface {
+	// ReadAt fills p from [off, off+len(p)) of one pinned object version with
+	// one ranged GET. It returns fewer than len(p) bytes only at the end of the
+	// object, and io.EOF then. It must return promptly once ctx is cancelled.
+	// It is called from several goroutines at once.
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+}
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultChunkSize    = 8 << 20
+	DefaultWindow       = 8
+	DefaultInitialChunk = 1 << 20
+)
+
+const (
+	// randomRound is the granularity of a fetch serving a random read, and how
+	// far after the previous read a read may start to begin a new stream.
+	randomRound = 128 << 10
+	// minSlack is the least reordering tolerated around the stream position.
+	minSlack = 2 << 20
+)
+
+// ErrClosed is returned by reads of a closed Reader.
+var ErrClosed = errors.New("readahead: reader closed")
+
+// Options tunes a Reader. Zero fields take the defaults.
+type Options struct {
+	// ChunkSize is the size of one ranged GET. Default 8 MiB.
+	ChunkSize int64
+	// Window is the most chunks fetched or in flight ahead of the reader.
+	// Default 8, so up to 64 MiB read ahead.
+	Window int
+	// InitialChunk is the size of the first fetch of a stream, smaller for a
+	// quicker first byte; later fetches double up to ChunkSize. Default 1 MiB.
+	InitialChunk int64
+}
+
+func (o Options) withDefaults() Options {
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.InitialChunk <= 0 {
+		o.InitialChunk = DefaultInitialChunk
+	}
+	o.InitialChunk = min(o.InitialChunk, o.ChunkSize)
+	return o
+}
+
+// Stats counts what a Reader did, for tests and metrics.
+type Stats struct {
+	// BytesFetched is the number of bytes returned by Source.ReadAt.
+	BytesFetched int64
+	// Fetches is the number of Source.ReadAt calls (ranged GETs): chunk
+	// fetches, including cancelled ones, and direct reads.
+	Fetches int64
+	// Hits counts reads served by chunks already fetched or in flight.
+	Hits int64
+	// Misses counts reads that had to start at least one fetch.
+	Misses int64
+	// FetchErrors counts Source.ReadAt calls that failed, not counting
+	// fetches cancelled because nobody needed them any more.
+	FetchErrors int64
+}
+
+// access is how a read relates to the reads before it.
+type access int
+
+const (
+	streamRead access = iota // continues the current stream
+	newStream                // follows the previous read: starts a stream
+	randomRead               // a jump
+)
+
+// Reader streams reads of one object version. Its methods are safe for
+// concurrent use.
+type Reader struct {
+	src    Source
+	size   int64
+	opt    Options
+	budget int64 // Window*ChunkSize: the most buffer bytes held
+	slack  int64 // reordering tolerated around the stream position
+
+	ctx     context.Context // parent of every fetch; cancelled by Close
+	cancel  context.CancelFunc
+	fetches sync.WaitGroup // one per fetch goroutine
+	closed  atomic.Bool    // set under mu
+
+	bytesFetched, nFetches, hits, misses, fetchErrors atomic.Int64
+
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+	chunks []*chunk // sorted by offset, never overlapping
+	free   [][]byte // full-size buffers kept for reuse
+	mem    int64    // bytes of buffers held: in chunks, in flight, in free
+	stream bool     // a stream is running
+	start  int64    // offset where the stream began
+	pos    int64    // highest end of the stream's reads
+	front  int64    // the stream has scheduled fetches up to here
+	next   int64    // size of the stream's next chunk
+	last   [2]int64 // [off, end) of the previous read
+	jumps  int      // random reads in a row
+}
+
+// New returns a Reader of the first size bytes of src.
+func New(src Source, size int64, opt Options) *Reader {
+	opt = opt.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Reader{
+		src:    src,
+		size:   max(size, 0),
+		opt:    opt,
+		budget: int64(opt.Window) * opt.ChunkSize,
+		slack:  max(opt.ChunkSize, minSlack),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+}
+
+// ReadAt reads len(p) bytes at off, like io.ReaderAt: fewer only at the end
+// of the object (with io.EOF) or on error. It waits only for the chunks that
+// cover its range, or until ctx is done.
+func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("readahead: read at negative offset %d", off)
+	}
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	want := p
+	if rest := r.size - off; int64(len(want)) > rest {
+		want = want[:rest]
+	}
+	if len(want) == 0 {
+		return 0, nil
+	}
+	end := off + int64(len(want))
+
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		return 0, ErrClosed
+	}
+	held, missed, ok := r.plan(off, end)
+	r.mu.Unlock()
+
+	if missed || !ok {
+		r.misses.Add(1)
+	} else {
+		r.hits.Add(1)
+	}
+	var n int
+	var err error
+	if ok {
+		n, err = r.copyOut(ctx, held, want, off)
+	} else {
+		n, err = r.fetchRange(ctx, want, off)
+	}
+	if err == nil && len(want) < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Close cancels every fetch, waits for their goroutines and frees the
+// buffers. Reads waiting on a fetch return ErrClosed.
+func (r *Reader) Close() {
+	r.mu.Lock()
+	if !r.closed.Load() {
+		r.closed.Store(true)
+		r.dropChunks(func(*chunk) bool { return true })
+		r.dropFree()
+	}
+	r.mu.Unlock()
+	r.cancel()
+	r.fetches.Wait()
+}
+
+// Stats returns the counters so far.
+func (r *Reader) Stats() Stats {
+	return Stats{
+		BytesFetched: r.bytesFetched.Load(),
+		Fetches:      r.nFetches.Load(),
+		Hits:         r.hits.Load(),
+		Misses:       r.misses.Load(),
+		FetchErrors:  r.fetchErrors.Load(),
+	}
+}
+
+// plan classifies the read of [off, end), updates the stream, and takes a
+// reference on the chunks covering the range, starting fetches for the
+// missing parts. missed reports whether it started a fetch the read needs;
+// !ok means the range cannot be buffered and must be read directly.
+// Requires r.mu.
+func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
+	kind := r.classify(off)
+	switch kind {
+	case streamRead:
+		r.pos = max(r.pos, end)
+		// Never fetch again what trimming just released.
+		r.front = max(r.front, r.pos-r.slack)
+		r.jumps = 0
+	case newStream:
+		r.dropChunks(func(c *chunk) bool { return !c.overlaps(off, end) })
+		r.stream = true
+		r.start, r.pos, r.front = off, end, off
+		r.next = r.opt.InitialChunk
+		r.jumps = 0
+	case randomRead:
+		r.jumps++
+		if !r.stream || r.jumps >= 2 {
+			r.dropChunks(func(c *chunk) bool { return !c.overlaps(off, end) })
+			r.dropFree()
+			r.stream = false
+		}
+	}
+	r.last = [2]int64{off, end}
+
+	streaming := kind != randomRead
+	if streaming {
+		r.dropChunks(func(c *chunk) bool { return c.end() <= r.pos-r.slack })
+		missed = r.extend(end, off, end)
+	}
+	held, created, ok := r.cover(off, end, streaming)
+	if streaming {
+		ahead := min(r.budget, r.opt.InitialChunk+4*(r.pos-r.start))
+		r.extend(r.pos+ahead, -1, -1)
+	}
+	return held, missed || created, ok
+}
+
+// classify tells how a read at off relates to the reads before it.
+// Requires r.mu.
+func (r *Reader) classify(off int64) access {
+	if r.stream && off >= r.pos-r.slack && off <= max(r.pos+r.slack, r.front) {
+		return streamRead
+	}
+	if off >= r.last[0] && off <= r.last[1]+randomRound {
+		return newStream
+	}
+	return randomRead
+}
+
+// extend fetches stream chunks from the stream's front until it reaches
+// limit. When [keepOff, keepEnd) is a read's range (keepOff >= 0), the read
+// needs these chunks: the window does not limit them, and idle chunks
+// outside the range may be evicted to make room. Otherwise it is read-ahead,
+// limited to Window chunks ahead of the stream position. It reports whether
+// it started a fetch. Requires r.mu.
+func (r *Reader) extend(limit, keepOff, keepEnd int64) (started bool) {
+	limit = min(limit, r.size)
+	demand := keepOff >= 0
+	for r.front < limit {
+		i := r.search(r.front)
+		if i < len(r.chunks) && r.chunks[i].off <= r.front {
+			r.front = r.chunks[i].end()
+			continue
+		}
+		if !demand && r.ahead() >= r.opt.Window {
+			return started
+		}
+		n := min(r.next, r.size-r.front)
+		if i < len(r.chunks) {
+			n = min(n, r.chunks[i].off-r.front)
+		}
+		c := r.startFetch(r.front, n, keepOff, keepEnd)
+		if c == nil {
+			return started
+		}
+		started = true
+		r.front = c.end()
+		r.next = min(2*r.next, r.opt.ChunkSize)
+	}
+	return started
+}
+
+// cover takes a reference on each chunk covering [off, end), starting
+// fetches for the gaps: up to ChunkSize for a stream read, just the range
+// rounded up to 128 KiB for a random read. If a gap cannot be buffered it
+// drops the references and returns !ok. Requires r.mu.
+func (r *Reader) cover(off, end int64, streaming bool) (held []*chunk, created, ok bool) {
+	for cur := off; cur < end; {
+		i := r.search(cur)
+		if i < len(r.chunks) && r.chunks[i].off <= cur {
+			c := r.chunks[i]
+			c.readers++
+			held = append(held, c)
+			cur = c.end()
+			continue
+		}
+		gapEnd := r.size
+		if i < len(r.chunks) {
+			gapEnd = r.chunks[i].off
+		}
+		n := min(gapEnd-cur, r.opt.ChunkSize)
+		if !streaming {
+			n = min(n, roundUp(end-cur, randomRound))
+		}
+		c := r.startFetch(cur, n, off, end)
+		if c == nil {
+			r.unholdLocked(held)
+			return nil, created, false
+		}
+		created = true
+		c.readers++
+		held = append(held, c)
+		cur = c.end()
+	}
+	return held, created, true
+}
+
+// ahead counts the chunks that end after the stream position. Requires r.mu.
+func (r *Reader) ahead() int {
+	n := 0
+	for _, c := range r.chunks {
+		if c.end() > r.pos {
+			n++
+		}
+	}
+	return n
+}
+
+func roundUp(n, to int64) int64 {
+	return (n + to - 1) / to * to
+}

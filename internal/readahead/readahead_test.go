@@ -1,0 +1,548 @@
+package readahead
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// memSource is a fake S3: one object version held in memory. The real S3
+// adapter is tested against a real store elsewhere; these tests only care
+// about the access pattern: how many ranged GETs, of which ranges, and how
+// many at once. latency simulates the network round trip of each GET, and
+// fail injects errors.
+type memSource struct {
+	data    []byte
+	latency time.Duration
+	fail    atomic.Pointer[func(off, end int64) error]
+
+	mu          sync.Mutex
+	calls       int
+	inFlight    int
+	maxInFlight int
+	pastEnd     int // calls that asked for bytes at or past the end
+}
+
+var errInjected = errors.New("injected GET failure")
+
+func (s *memSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	end := off + int64(len(p))
+	s.mu.Lock()
+	s.calls++
+	s.inFlight++
+	s.maxInFlight = max(s.maxInFlight, s.inFlight)
+	if end > int64(len(s.data)) || len(p) == 0 {
+		s.pastEnd++
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	if s.latency > 0 {
+		select {
+		case <-time.After(s.latency):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if fail := s.fail.Load(); fail != nil {
+		if err := (*fail)(off, end); err != nil {
+			return 0, err
+		}
+	}
+	if off >= int64(len(s.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, s.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// failCovering makes every GET that covers offset at fail.
+func (s *memSource) failCovering(at int64) {
+	f := func(off, end int64) error {
+		if off <= at && at < end {
+			return errInjected
+		}
+		return nil
+	}
+	s.fail.Store(&f)
+}
+
+func (s *memSource) heal() { s.fail.Store(nil) }
+
+func (s *memSource) counts() (calls, inFlight, maxInFlight, pastEnd int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, s.inFlight, s.maxInFlight, s.pastEnd
+}
+
+func (s *memSource) resetMaxInFlight() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxInFlight = s.inFlight
+}
+
+func newSource(size int64, latency time.Duration) *memSource {
+	data := make([]byte, size)
+	var seed [32]byte
+	seed[0] = byte(size)
+	rand.NewChaCha8(seed).Read(data)
+	return &memSource{data: data, latency: latency}
+}
+
+// newReader returns a Reader of src that the test closes on cleanup,
+// checking that its buffers are all given back and that no GET asked for
+// bytes past the end.
+func newReader(t testing.TB, src *memSource, opt Options) *Reader {
+	t.Helper()
+	r := New(src, int64(len(src.data)), opt)
+	t.Cleanup(func() {
+		r.Close()
+		r.mu.Lock()
+		mem := r.mem
+		r.mu.Unlock()
+		if mem != 0 {
+			t.Errorf("after Close the reader still holds %d buffer bytes", mem)
+		}
+		if _, _, _, pastEnd := src.counts(); pastEnd != 0 {
+			t.Errorf("%d GETs asked for bytes past the end of the object", pastEnd)
+		}
+	})
+	return r
+}
+
+// checkMemory fails the test if r holds more than Window*ChunkSize bytes.
+func checkMemory(t testing.TB, r *Reader) {
+	t.Helper()
+	r.mu.Lock()
+	mem, budget := r.mem, r.budget
+	r.mu.Unlock()
+	if mem > budget {
+		t.Fatalf("reader holds %d buffer bytes, more than its bound %d", mem, budget)
+	}
+}
+
+// readSequentially reads the whole object with reads of readSize bytes.
+func readSequentially(t testing.TB, r *Reader, size int64, readSize int) []byte {
+	t.Helper()
+	got := make([]byte, 0, size)
+	buf := make([]byte, readSize)
+	for off := int64(0); ; {
+		n, err := r.ReadAt(context.Background(), buf, off)
+		got = append(got, buf[:n]...)
+		off += int64(n)
+		if err == io.EOF {
+			if off != size {
+				t.Fatalf("io.EOF at %d, object size %d", off, size)
+			}
+			return got
+		}
+		if err != nil {
+			t.Fatalf("ReadAt(%d): %v", off, err)
+		}
+		if n != readSize {
+			t.Fatalf("ReadAt(%d) = %d bytes and no error, want %d", off, n, readSize)
+		}
+	}
+}
+
+func TestSequentialReadReturnsExactBytesAndFetchesEachByteOnce(t *testing.T) {
+	const size = 100 << 20
+	src := newSource(size, 0)
+	r := newReader(t, src, Options{})
+
+	got := make([]byte, 0, size)
+	buf := make([]byte, 128<<10)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		n, err := r.ReadAt(context.Background(), buf, off)
+		if err != nil && !(err == io.EOF && off+int64(n) == size) {
+			t.Fatalf("ReadAt(%d): %v", off, err)
+		}
+		got = append(got, buf[:n]...)
+		checkMemory(t, r)
+	}
+	if !bytes.Equal(got, src.data) {
+		t.Fatal("bytes read differ from the object")
+	}
+	st := r.Stats()
+	t.Logf("%+v", st)
+	if st.BytesFetched > size+size/100 {
+		t.Errorf("fetched %d bytes to read %d sequentially", st.BytesFetched, size)
+	}
+	if maxGETs := int64(size/DefaultChunkSize + 8); st.Fetches > maxGETs {
+		t.Errorf("%d GETs, want at most %d", st.Fetches, maxGETs)
+	}
+	if st.Hits < 9*st.Misses {
+		t.Errorf("hits %d, misses %d: read-ahead did not keep ahead", st.Hits, st.Misses)
+	}
+}
+
+func TestSequentialReadKeepsSeveralFetchesInFlight(t *testing.T) {
+	const size = 64 << 20
+	src := newSource(size, 5*time.Millisecond)
+	opt := Options{ChunkSize: 1 << 20, Window: 8, InitialChunk: 256 << 10}
+	r := newReader(t, src, opt)
+
+	got := readSequentially(t, r, size, 128<<10)
+	if !bytes.Equal(got, src.data) {
+		t.Fatal("bytes read differ from the object")
+	}
+	_, _, maxInFlight, _ := src.counts()
+	t.Logf("%+v, at most %d GETs in flight", r.Stats(), maxInFlight)
+	if maxInFlight < 4 {
+		t.Errorf("at most %d GETs in flight, want at least 4", maxInFlight)
+	}
+	if maxInFlight > opt.Window+1 {
+		t.Errorf("%d GETs in flight, more than the window of %d", maxInFlight, opt.Window)
+	}
+}
+
+func TestConcurrentOutOfOrderReadsReturnExactBytes(t *testing.T) {
+	const (
+		size      = 48<<20 + 12345
+		block     = 128 << 10
+		readers   = 8
+		shuffleBy = 8 // blocks a read may arrive early or late by
+	)
+	nblocks := int((size + block - 1) / block)
+	tests := []struct {
+		name  string
+		order func() []int
+	}{
+		{"in order from a shared queue", func() []int {
+			order := make([]int, nblocks)
+			for i := range order {
+				order[i] = i
+			}
+			return order
+		}},
+		{"shuffled within small groups", func() []int {
+			rng := rand.New(rand.NewPCG(1, 2))
+			order := make([]int, nblocks)
+			for i := range order {
+				order[i] = i
+			}
+			for i := 0; i < nblocks; i += shuffleBy {
+				group := order[i:min(i+shuffleBy, nblocks)]
+				rng.Shuffle(len(group), func(a, b int) { group[a], group[b] = group[b], group[a] })
+			}
+			return order
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(size, time.Millisecond)
+			r := newReader(t, src, Options{ChunkSize: 1 << 20, Window: 8})
+			order := tt.order()
+			got := make([]byte, nblocks*block) // the last read crosses the end
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, readers)
+			for range readers {
+				wg.Go(func() {
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(len(order)) {
+							return
+						}
+						off := int64(order[i]) * block
+						end := min(off+block, size)
+						n, err := r.ReadAt(context.Background(), got[off:off+block:off+block], off)
+						if n != int(end-off) || (err != nil && !(err == io.EOF && end == size)) {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("concurrent ReadAt: %v", err)
+			}
+			if !bytes.Equal(got[:size], src.data) {
+				t.Fatal("bytes read differ from the object")
+			}
+			checkMemory(t, r)
+			if st := r.Stats(); st.BytesFetched > size+size/10 {
+				t.Errorf("fetched %d bytes to read %d: reordering broke the stream", st.BytesFetched, size)
+			}
+		})
+	}
+}
+
+func TestRandomReadsDoNotStartReadAhead(t *testing.T) {
+	const (
+		size  = 100 << 20
+		reads = 300
+	)
+	src := newSource(size, 0)
+	r := newReader(t, src, Options{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 4<<10)
+	for range reads {
+		off := rng.Int64N(size - int64(len(buf)))
+		n, err := r.ReadAt(context.Background(), buf, off)
+		if err != nil || n != len(buf) {
+			t.Fatalf("ReadAt(%d) = %d, %v", off, n, err)
+		}
+		if !bytes.Equal(buf, src.data[off:off+int64(n)]) {
+			t.Fatalf("ReadAt(%d) returned wrong bytes", off)
+		}
+	}
+	st := r.Stats()
+	t.Logf("%+v", st)
+	if limit := int64(reads*randomRound + 4<<20); st.BytesFetched > limit {
+		t.Errorf("random reads fetched %d bytes, want at most %d", st.BytesFetched, limit)
+	}
+	if st.Fetches > reads+4 {
+		t.Errorf("%d GETs for %d random reads", st.Fetches, reads)
+	}
+	r.mu.Lock()
+	mem := r.mem
+	r.mu.Unlock()
+	if mem > randomRound {
+		t.Errorf("reader holds %d buffer bytes between random reads, want at most %d", mem, randomRound)
+	}
+}
+
+func TestSequentialReadsAfterAJumpRestartReadAhead(t *testing.T) {
+	const size = 96 << 20
+	src := newSource(size, 2*time.Millisecond)
+	r := newReader(t, src, Options{ChunkSize: 1 << 20, Window: 8})
+	buf := make([]byte, 128<<10)
+	read := func(off int64) {
+		t.Helper()
+		n, err := r.ReadAt(context.Background(), buf, off)
+		if err != nil || !bytes.Equal(buf[:n], src.data[off:off+int64(len(buf))]) {
+			t.Fatalf("ReadAt(%d) = %d, %v or wrong bytes", off, n, err)
+		}
+	}
+	for off := int64(0); off < 4<<20; off += int64(len(buf)) {
+		read(off)
+	}
+	// Two jumps: the stream is dropped and no read-ahead starts.
+	read(70 << 20)
+	read(40 << 20)
+	before := r.Stats()
+	if got := before.BytesFetched; got > 4<<20+8<<20+2*randomRound {
+		t.Errorf("fetched %d bytes before the stream restarted", got)
+	}
+	src.resetMaxInFlight()
+	for off := int64(40<<20) + int64(len(buf)); off < 72<<20; off += int64(len(buf)) {
+		read(off)
+	}
+	after := r.Stats()
+	if _, _, maxInFlight, _ := src.counts(); maxInFlight < 3 {
+		t.Errorf("after the stream restarted at most %d GETs were in flight", maxInFlight)
+	}
+	if hits, misses := after.Hits-before.Hits, after.Misses-before.Misses; hits < 4*misses {
+		t.Errorf("after the stream restarted: hits %d, misses %d", hits, misses)
+	}
+}
+
+func TestReadsAtTheEndOfTheObject(t *testing.T) {
+	opt := Options{ChunkSize: 256 << 10, Window: 4, InitialChunk: 64 << 10}
+	for _, size := range []int64{1, 64<<10 - 1, 256<<10 - 1, 256<<10 + 1, 3*256<<10 + 12345} {
+		t.Run(fmt.Sprintf("size %d", size), func(t *testing.T) {
+			src := newSource(size, 0)
+
+			r := newReader(t, src, opt)
+			if got := readSequentially(t, r, size, 100_003); !bytes.Equal(got, src.data) {
+				t.Fatalf("size %d: sequential read differs from the object", size)
+			}
+
+			cases := []struct {
+				off    int64
+				len    int
+				wantN  int64
+				wantIO error
+			}{
+				{size, 10, 0, io.EOF},
+				{size + 1000, 10, 0, io.EOF},
+				{max(size-10, 0), 100, min(10, size), io.EOF},
+				{0, int(size), size, nil},
+				{0, int(size) + 1, size, io.EOF},
+				{size - 1, 1, 1, nil},
+				{0, 0, 0, nil},
+			}
+			r = newReader(t, src, opt)
+			for _, c := range cases {
+				buf := make([]byte, c.len)
+				n, err := r.ReadAt(context.Background(), buf, c.off)
+				if int64(n) != c.wantN || err != c.wantIO {
+					t.Errorf("size %d: ReadAt(len %d, off %d) = %d, %v; want %d, %v",
+						size, c.len, c.off, n, err, c.wantN, c.wantIO)
+					continue
+				}
+				if !bytes.Equal(buf[:n], src.data[min(c.off, size):min(c.off, size)+int64(n)]) {
+					t.Errorf("size %d: ReadAt(len %d, off %d) returned wrong bytes", size, c.len, c.off)
+				}
+			}
+			if _, err := r.ReadAt(context.Background(), make([]byte, 1), -1); err == nil {
+				t.Error("ReadAt at a negative offset succeeded")
+			}
+		})
+	}
+}
+
+func TestFetchErrorsReachTheReadThatNeedsTheChunkAndRetriesRefetch(t *testing.T) {
+	const (
+		size   = 16 << 20
+		failAt = 5<<20 + 100
+		block  = 128 << 10
+	)
+	tests := []struct {
+		name  string
+		start int64 // where reading starts: 0 streams; far from 0 is a random read
+		first int64 // the first read that needs the failing GET
+	}{
+		{"in a read-ahead chunk", 0, 5 << 20},
+		{"in a random read", failAt, failAt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(size, time.Millisecond)
+			src.failCovering(failAt)
+			r := newReader(t, src, Options{ChunkSize: 1 << 20, Window: 4})
+			buf := make([]byte, block)
+
+			off := tt.start
+			var err error
+			for ; off < size; off += block {
+				if _, err = r.ReadAt(context.Background(), buf, off); err != nil {
+					break
+				}
+			}
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("reading on from %d: got %v, want the injected error", tt.start, err)
+			}
+			if off != tt.first {
+				t.Errorf("the error reached the read at %d, want the read at %d", off, tt.first)
+			}
+
+			// A retry refetches and fails again while the store fails.
+			fetches := r.Stats().Fetches
+			if _, err := r.ReadAt(context.Background(), buf, off); !errors.Is(err, errInjected) {
+				t.Fatalf("retry while failing: got %v, want the injected error", err)
+			}
+			if r.Stats().Fetches == fetches {
+				t.Error("the retry did not fetch again")
+			}
+
+			// Once the store recovers, the retry succeeds and reading goes on.
+			src.heal()
+			for ; off < size; off += block {
+				n, err := r.ReadAt(context.Background(), buf, off)
+				if err != nil && err != io.EOF {
+					t.Fatalf("ReadAt(%d) after recovery: %v", off, err)
+				}
+				if !bytes.Equal(buf[:n], src.data[off:off+int64(n)]) {
+					t.Fatalf("ReadAt(%d) after recovery returned wrong bytes", off)
+				}
+			}
+			if st := r.Stats(); st.FetchErrors < 2 {
+				t.Errorf("FetchErrors = %d, want at least 2", st.FetchErrors)
+			}
+		})
+	}
+}
+
+func TestCloseWithFetchesInFlightLeaksNoGoroutines(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	src := newSource(64<<20, time.Hour) // fetches end only when cancelled
+	r := New(src, int64(len(src.data)), Options{ChunkSize: 1 << 20})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := r.ReadAt(ctx, make([]byte, 4<<20), 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReadAt with a short deadline: got %v, want deadline exceeded", err)
+	}
+	if _, inFlight, _, _ := src.counts(); inFlight < 2 {
+		t.Fatalf("%d GETs in flight before Close, want several", inFlight)
+	}
+
+	r.Close()
+	if _, inFlight, _, _ := src.counts(); inFlight != 0 {
+		t.Errorf("%d GETs still in flight after Close returned", inFlight)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), baseline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := r.ReadAt(context.Background(), make([]byte, 1), 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadAt after Close: got %v, want ErrClosed", err)
+	}
+	r.Close() // a second Close is harmless
+}
+
+func TestCloseUnblocksAWaitingRead(t *testing.T) {
+	src := newSource(16<<20, time.Hour)
+	r := New(src, int64(len(src.data)), Options{ChunkSize: 1 << 20})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.ReadAt(context.Background(), make([]byte, 4096), 0)
+		errc <- err
+	}()
+	for {
+		if _, inFlight, _, _ := src.counts(); inFlight > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("waiting ReadAt: got %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read waiting on a fetch did not return after Close")
+	}
+}
+
+func TestZeroOptionsTakeTheDefaults(t *testing.T) {
+	got := Options{}.withDefaults()
+	want := Options{ChunkSize: DefaultChunkSize, Window: DefaultWindow, InitialChunk: DefaultInitialChunk}
+	if got != want {
+		t.Errorf("defaults = %+v, want %+v", got, want)
+	}
+	if got := (Options{ChunkSize: 64 << 10}).withDefaults(); got.InitialChunk != 64<<10 {
+		t.Errorf("InitialChunk %d exceeds ChunkSize %d", got.InitialChunk, got.ChunkSize)
+	}
+}
+
+// BenchmarkSequentialRead256MiB reads a 256 MiB object from a store that
+// takes 2 ms per GET, in 1 MiB reads like the kernel's.
+func BenchmarkSequentialRead256MiB(b *testing.B) {
+	const size = 256 << 20
+	src := newSource(size, 2*time.Millisecond)
+	buf := make([]byte, 1<<20)
+	b.SetBytes(size)
+	b.ResetTimer()
+	for b.Loop() {
+		r := New(src, size, Options{})
+		for off := int64(0); off < size; off += int64(len(buf)) {
+			if _, err := r.ReadAt(context.Background(), buf, off); err != nil && err != io.EOF {
+				b.Fatal(err)
+			}
+		}
+		r.Close()
+	}
+}

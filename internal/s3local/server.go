@@ -1,0 +1,325 @@
+package s3local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/versity/versitygw/auth"
+	"github.com/versity/versitygw/backend/meta"
+	"github.com/versity/versitygw/backend/posix"
+	"github.com/versity/versitygw/s3api"
+	"github.com/versity/versitygw/s3api/middlewares"
+	"github.com/versity/versitygw/s3event"
+)
+
+const (
+	defaultBucket = "bucketfs"
+	defaultRegion = "us-east-1"
+	defaultListen = "127.0.0.1:0"
+
+	// maxConnections and maxRequests bound the connections and in-flight
+	// requests the store serves; requests beyond the limit get 503 SlowDown,
+	// which clients retry.
+	maxConnections = 4096
+	maxRequests    = 1024
+
+	// bindAttempts bounds how often Start retries when the free port it
+	// picked was taken by someone else before the server could bind it.
+	bindAttempts = 10
+)
+
+// running is the one piece of package-level mutable state: it guards the
+// process working directory. versitygw's posix backend chdirs to its data
+// directory and resolves object paths relative to the working directory, so a
+// second store in the same process would silently serve the first one's files
+// (or the other way round). Start takes the guard and Close releases it.
+var running atomic.Bool
+
+// ErrAlreadyRunning is returned by Start while another embedded store runs in
+// the same process.
+var ErrAlreadyRunning = errors.New("s3local: an embedded store is already running in this process " +
+	"(versitygw's posix backend changes the process working directory, so only one can run at a time; Close it first)")
+
+// Config describes one embedded store.
+type Config struct {
+	// Dir is the state directory: data under Dir/data, old versions under
+	// Dir/versions, credentials in Dir/credentials.json. Relative paths are
+	// resolved against the working directory at the time Start is called.
+	Dir string
+	// Listen is the TCP address to serve on; a zero port picks a free one.
+	// Default "127.0.0.1:0".
+	Listen string
+	// Bucket is created if missing, with versioning enabled. Default
+	// "bucketfs".
+	Bucket string
+	// Region the store answers for. Default "us-east-1".
+	Region string
+	// OnEvent, if set, is called for every object event. See the package
+	// documentation for when and how.
+	OnEvent func(Event)
+}
+
+// Event is one object event as versitygw reports it.
+type Event struct {
+	Name      string // e.g. "s3:ObjectCreated:Put", "s3:ObjectRemoved:Delete"
+	Bucket    string
+	Key       string
+	Size      int64  // object size for creations, 0 for removals
+	ETag      string // without quotes; empty for removals
+	VersionID string // the new version, or the delete marker's version id
+}
+
+// Server is a running embedded store. Its exported fields are what a client
+// needs to reach it; they do not change while it runs.
+type Server struct {
+	Endpoint  string // http://HOST:PORT
+	Region    string
+	AccessKey string
+	SecretKey string
+	Bucket    string
+	Dir       string // absolute state directory
+
+	api     *s3api.S3ApiServer
+	backend *posix.Posix
+	served  chan error // receives ServeMultiPort's result once it returns
+	prevWD  string     // working directory before Start, restored by Close
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts an embedded store and returns once it answers requests and
+// its bucket exists with versioning enabled. It fails with ErrAlreadyRunning
+// while another store runs in this process.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("s3local: start: Config.Dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("s3local: start: resolve dir %q: %w", cfg.Dir, err)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = defaultListen
+	}
+	if cfg.Bucket == "" {
+		cfg.Bucket = defaultBucket
+	}
+	if cfg.Region == "" {
+		cfg.Region = defaultRegion
+	}
+	dataDir := filepath.Join(dir, "data")
+	versionsDir := filepath.Join(dir, "versions")
+	for _, d := range []string{dir, dataDir, versionsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("s3local: start: create %s: %w", d, err)
+		}
+	}
+	creds, err := loadOrCreateCredentials(filepath.Join(dir, credentialsFile))
+	if err != nil {
+		return nil, err
+	}
+
+	if !running.CompareAndSwap(false, true) {
+		return nil, ErrAlreadyRunning
+	}
+	s, err := start(ctx, cfg, dir, creds)
+	if err != nil {
+		running.Store(false)
+		return nil, err
+	}
+	return s, nil
+}
+
+// start does the work of Start once the process-wide guard is held.
+func start(ctx context.Context, cfg Config, dir string, creds rootCredentials) (_ *Server, err error) {
+	prevWD, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("s3local: start: get working directory: %w", err)
+	}
+	be, err := posix.New(filepath.Join(dir, "data"), meta.XattrMeta{}, posix.PosixOpts{
+		VersioningDir: filepath.Join(dir, "versions"),
+	})
+	if err != nil {
+		_ = os.Chdir(prevWD)
+		return nil, fmt.Errorf("s3local: start: open posix backend in %s: %w", dir, err)
+	}
+	s := &Server{
+		Region:    cfg.Region,
+		AccessKey: creds.AccessKey,
+		SecretKey: creds.SecretKey,
+		Bucket:    cfg.Bucket,
+		Dir:       dir,
+		backend:   be,
+		prevWD:    prevWD,
+	}
+	defer func() {
+		if err != nil {
+			s.backend.Shutdown()
+			_ = os.Chdir(prevWD)
+		}
+	}()
+
+	if err := s.serve(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := s.CreateBucket(ctx, cfg.Bucket, true); err != nil {
+		_ = s.stopServing()
+		return nil, err
+	}
+	return s, nil
+}
+
+// serve binds cfg.Listen and serves on it, retrying with a fresh port when a
+// picked free port is taken before the server binds it.
+func (s *Server) serve(ctx context.Context, cfg Config) error {
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("s3local: start: listen address %q: %w", cfg.Listen, err)
+	}
+	pickPort := port == "0" || port == ""
+	var lastErr error
+	for attempt := 0; attempt < bindAttempts; attempt++ {
+		p := port
+		if pickPort {
+			if p, err = freePort(host); err != nil {
+				return fmt.Errorf("s3local: start: pick a free port on %q: %w", host, err)
+			}
+		}
+		addr := net.JoinHostPort(host, p)
+		lastErr = s.serveOn(ctx, cfg, addr)
+		if lastErr == nil {
+			s.Endpoint = "http://" + net.JoinHostPort(dialHost(host), p)
+			return nil
+		}
+		if !pickPort || !errors.Is(lastErr, errBind) {
+			return lastErr
+		}
+	}
+	return fmt.Errorf("s3local: start: no free port on %q after %d attempts: %w", host, bindAttempts, lastErr)
+}
+
+// errBind marks a failure to bind the listen address (as opposed to a
+// failure while serving).
+var errBind = errors.New("bind failed")
+
+// serveOn starts the S3 API on addr and waits until it listens.
+func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
+	listening := make(chan struct{})
+	var once sync.Once
+	opts := []s3api.Option{
+		s3api.WithQuiet(),
+		s3api.WithKeepAlive(),
+		// Without this option versitygw allows zero in-flight requests and
+		// answers everything with 503 SlowDown.
+		s3api.WithConcurrencyLimiter(maxConnections, maxRequests),
+		s3api.WithOnListen(func() { once.Do(func() { close(listening) }) }),
+	}
+	var events s3event.S3EventSender // a true nil interface when unused
+	if cfg.OnEvent != nil {
+		events = &eventSender{onEvent: cfg.OnEvent}
+	}
+	iam := auth.NewIAMServiceSingle(auth.Account{
+		Access: s.AccessKey,
+		Secret: s.SecretKey,
+		Role:   auth.RoleAdmin,
+	})
+	root := middlewares.RootUserConfig{Access: s.AccessKey, Secret: s.SecretKey}
+	api, err := s3api.New(s.backend, root, cfg.Region, iam, nil, nil, events, nil, opts...)
+	if err != nil {
+		return fmt.Errorf("s3local: start: create S3 API server: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- api.ServeMultiPort([]string{addr}) }()
+
+	select {
+	case <-listening:
+		s.api = api
+		s.served = served
+		return nil
+	case err := <-served:
+		if err == nil {
+			err = errors.New("server stopped before listening")
+		}
+		return fmt.Errorf("s3local: start: serve on %s: %w: %w", addr, errBind, err)
+	case <-ctx.Done():
+		// Shutting fiber down before it serves would race with its start,
+		// so let the (millisecond) start finish first.
+		select {
+		case <-listening:
+			_ = api.ShutDown()
+			<-served
+		case <-served:
+		}
+		return fmt.Errorf("s3local: start: serve on %s: %w", addr, ctx.Err())
+	}
+}
+
+// freePort asks the kernel for a free TCP port on host and releases it.
+func freePort(host string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return "", err
+	}
+	return strconv.Itoa(port), nil
+}
+
+// dialHost is the host a client should dial to reach a server listening on
+// host: wildcard addresses become the matching loopback address.
+func dialHost(host string) string {
+	switch host {
+	case "", "0.0.0.0":
+		return "127.0.0.1"
+	case "::", "[::]":
+		return "::1"
+	}
+	return host
+}
+
+// Close shuts down the server and the backend, releases the one-per-process
+// guard and restores the working directory the process had before Start.
+// Close is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		errs := []error{s.stopServing()}
+		s.backend.Shutdown()
+		if err := os.Chdir(s.prevWD); err != nil {
+			errs = append(errs, fmt.Errorf("s3local: close: restore working directory %s: %w", s.prevWD, err))
+		}
+		running.Store(false)
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// stopServing shuts the S3 API down and waits for its serve loop to return.
+func (s *Server) stopServing() error {
+	if s.api == nil {
+		return nil
+	}
+	err := s.api.ShutDown()
+	select {
+	case <-s.served:
+	case <-time.After(15 * time.Second):
+		// ShutDown waits at most 10 s for open requests; this only
+		// guards against a serve loop that never returns.
+		err = errors.Join(err, errors.New("serve loop did not return"))
+	}
+	s.api = nil
+	if err != nil {
+		return fmt.Errorf("s3local: close: shut down S3 API on %s: %w", s.Endpoint, err)
+	}
+	return nil
+}

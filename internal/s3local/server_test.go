@@ -1,0 +1,285 @@
+package s3local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// Tests in this package never run in parallel: one store per process.
+
+func startStore(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestStoreServesObjectsFromAVersionedBucket(t *testing.T) {
+	s := startStore(t, Config{})
+	if s.Bucket != "bucketfs" || s.Region != "us-east-1" {
+		t.Fatalf("defaults: bucket %q region %q", s.Bucket, s.Region)
+	}
+	if !strings.HasPrefix(s.Endpoint, "http://127.0.0.1:") || strings.HasSuffix(s.Endpoint, ":0") {
+		t.Fatalf("endpoint %q", s.Endpoint)
+	}
+	ctx := context.Background()
+	c := s.client()
+
+	v, err := c.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: aws.String(s.Bucket)})
+	if err != nil {
+		t.Fatalf("GetBucketVersioning: %v", err)
+	}
+	if v.Status != types.BucketVersioningStatusEnabled {
+		t.Fatalf("versioning status %q, want Enabled", v.Status)
+	}
+
+	var versions []string
+	for _, body := range []string{"first", "second"} {
+		out, err := c.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(s.Bucket), Key: aws.String("dir/hello.txt"),
+			Body: strings.NewReader(body),
+		})
+		if err != nil {
+			t.Fatalf("PutObject: %v", err)
+		}
+		versions = append(versions, aws.ToString(out.VersionId))
+	}
+	if versions[0] == "" || versions[0] == versions[1] {
+		t.Fatalf("version ids %q: want two distinct non-empty ids", versions)
+	}
+	for i, want := range []string{"first", "second"} {
+		got := getObject(t, c, s.Bucket, "dir/hello.txt", versions[i])
+		if got != want {
+			t.Errorf("version %d: got %q, want %q", i, got, want)
+		}
+	}
+	if got := getObject(t, c, s.Bucket, "dir/hello.txt", ""); got != "second" {
+		t.Errorf("latest: got %q, want %q", got, "second")
+	}
+}
+
+func getObject(t *testing.T, c *s3.Client, bucket, key, version string) string {
+	t.Helper()
+	in := &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}
+	if version != "" {
+		in.VersionId = aws.String(version)
+	}
+	out, err := c.GetObject(context.Background(), in)
+	if err != nil {
+		t.Fatalf("GetObject %s@%s: %v", key, version, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return string(b)
+}
+
+func TestCredentialsPersistPerDirAndDifferBetweenDirs(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+
+	first := startStore(t, Config{Dir: dirA})
+	a1 := [2]string{first.AccessKey, first.SecretKey}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := startStore(t, Config{Dir: dirA})
+	a2 := [2]string{second.AccessKey, second.SecretKey}
+	// The restarted store must accept the old credentials for the old data.
+	if _, err := second.client().HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String(second.Bucket)}); err != nil {
+		t.Fatalf("HeadBucket after restart: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := startStore(t, Config{Dir: dirB})
+	b := [2]string{other.AccessKey, other.SecretKey}
+
+	if a1 != a2 {
+		t.Errorf("credentials changed across restart on the same dir")
+	}
+	if a1[0] == b[0] || a1[1] == b[1] {
+		t.Errorf("two dirs share credentials")
+	}
+	if len(a1[0]) < 16 || len(a1[1]) < 32 {
+		t.Errorf("credentials too short: %d/%d characters", len(a1[0]), len(a1[1]))
+	}
+	fi, err := os.Stat(filepath.Join(dirA, credentialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("credentials file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestEnvFileHasTheFiveSettingsAndMode0600(t *testing.T) {
+	s := startStore(t, Config{Bucket: "envtest"})
+	path := filepath.Join(t.TempDir(), "bucketfs.env")
+	// An existing, looser file must end up 0600 too.
+	if err := os.WriteFile(path, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteEnvFile(path); err != nil {
+		t.Fatalf("WriteEnvFile: %v", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "AWS_ENDPOINT_URL=" + s.Endpoint + "\n" +
+		"AWS_ACCESS_KEY_ID=" + s.AccessKey + "\n" +
+		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey + "\n" +
+		"AWS_REGION=us-east-1\n" +
+		"BUCKETFS_BUCKET=envtest\n"
+	if string(b) != want {
+		t.Errorf("env file:\n%s\nwant:\n%s", b, want)
+	}
+	if err := s.WriteEnvFile("relative.env"); err == nil {
+		t.Errorf("WriteEnvFile accepted a relative path")
+	}
+}
+
+// eventLog collects events from OnEvent for a test to poll.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// waitFor polls until an event matching ok arrives or the deadline passes.
+func (l *eventLog) waitFor(t *testing.T, what string, ok func(Event) bool) Event {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		for _, e := range l.events {
+			if ok(e) {
+				l.mu.Unlock()
+				return e
+			}
+		}
+		seen := append([]Event(nil), l.events...)
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event within 5s; saw %+v", what, seen)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func TestOnEventSeesPutAndDelete(t *testing.T) {
+	var log eventLog
+	s := startStore(t, Config{OnEvent: log.add})
+	ctx := context.Background()
+	c := s.client()
+
+	body := []byte("event payload")
+	put, err := c.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String("a dir/ev ent.txt"), Body: bytes.NewReader(body),
+	})
+	if err != nil {
+		t.Fatalf("PutObject: %v", err)
+	}
+	created := log.waitFor(t, "put", func(e Event) bool { return e.Name == "s3:ObjectCreated:Put" })
+	want := Event{
+		Name: "s3:ObjectCreated:Put", Bucket: s.Bucket, Key: "a dir/ev ent.txt", Size: int64(len(body)),
+		ETag: strings.Trim(aws.ToString(put.ETag), `"`), VersionID: aws.ToString(put.VersionId),
+	}
+	if created != want {
+		t.Errorf("put event %+v, want %+v", created, want)
+	}
+
+	del, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String("a dir/ev ent.txt")})
+	if err != nil {
+		t.Fatalf("DeleteObject: %v", err)
+	}
+	removed := log.waitFor(t, "delete", func(e Event) bool { return strings.HasPrefix(e.Name, "s3:ObjectRemoved:") })
+	if removed.Key != "a dir/ev ent.txt" || removed.Bucket != s.Bucket {
+		t.Errorf("delete event %+v", removed)
+	}
+	if removed.VersionID == "" || removed.VersionID != aws.ToString(del.VersionId) {
+		t.Errorf("delete event version %q, want the delete marker's %q", removed.VersionID, aws.ToString(del.VersionId))
+	}
+}
+
+func TestSecondConcurrentStartFailsClearly(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := startStore(t, Config{})
+	_, err = Start(context.Background(), Config{Dir: t.TempDir()})
+	if !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second Start: got %v, want ErrAlreadyRunning", err)
+	}
+	if !strings.Contains(err.Error(), "working directory") {
+		t.Errorf("error does not say why: %v", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.Getwd(); now != wd {
+		t.Errorf("working directory after Close is %q, want %q", now, wd)
+	}
+	// Once the first is closed another may start.
+	startStore(t, Config{})
+}
+
+func TestStartOnAFixedPortThatIsTakenFails(t *testing.T) {
+	s := startStore(t, Config{})
+	addr := strings.TrimPrefix(s.Endpoint, "http://")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("hold %s: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	_, err = Start(context.Background(), Config{Dir: t.TempDir(), Listen: addr})
+	if err == nil {
+		t.Fatalf("Start on a taken port succeeded")
+	}
+	if running.Load() {
+		t.Fatalf("failed Start left the process guard taken")
+	}
+}

@@ -1,0 +1,100 @@
+package sync
+
+import (
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/meta"
+)
+
+// Metadata names (without the x-amz-meta- prefix).
+const (
+	mdMode    = "mode"
+	mdUid     = "uid"
+	mdGid     = "gid"
+	mdMtime   = "mtime"
+	mdMtimeNs = "bucketfs-mtime"
+	mdRdev    = "rdev"
+)
+
+// Defaults for objects written by tools that record no POSIX attributes.
+const (
+	defaultFileMode = syscall.S_IFREG | 0o644
+	defaultDirMode  = syscall.S_IFDIR | 0o755
+)
+
+// objectMetadata is the user metadata that records in's attributes.
+func objectMetadata(in *meta.Inode) map[string]string {
+	m := map[string]string{
+		mdMode:    strconv.FormatUint(uint64(in.Mode), 10),
+		mdUid:     strconv.FormatUint(uint64(in.Uid), 10),
+		mdGid:     strconv.FormatUint(uint64(in.Gid), 10),
+		mdMtime:   strconv.FormatInt(in.Mtime/1e9, 10),
+		mdMtimeNs: strconv.FormatInt(in.Mtime, 10),
+	}
+	if t := in.Type(); t == syscall.S_IFCHR || t == syscall.S_IFBLK {
+		m[mdRdev] = strconv.FormatUint(uint64(in.Rdev), 10)
+	}
+	return m
+}
+
+// attrsFromMetadata reads POSIX attributes back, falling back to defaults
+// (and to the object's LastModified for mtime) for what is missing or
+// malformed. dir says the object stands for a directory.
+func attrsFromMetadata(md map[string]string, lastModified time.Time, dir bool) (mode, uid, gid, rdev uint32, mtime int64) {
+	mode = defaultFileMode
+	if dir {
+		mode = defaultDirMode
+	}
+	if v, err := strconv.ParseUint(md[mdMode], 10, 32); err == nil {
+		m := uint32(v)
+		switch {
+		case dir:
+			mode = syscall.S_IFDIR | m&0o7777
+		case m&syscall.S_IFMT == 0:
+			mode = syscall.S_IFREG | m&0o7777
+		default:
+			switch m & syscall.S_IFMT {
+			case syscall.S_IFREG, syscall.S_IFLNK, syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+				mode = m
+			default: // a directory mode on a plain key: serve it as a file
+				mode = syscall.S_IFREG | m&0o7777
+			}
+		}
+	}
+	if v, err := strconv.ParseUint(md[mdUid], 10, 32); err == nil {
+		uid = uint32(v)
+	}
+	if v, err := strconv.ParseUint(md[mdGid], 10, 32); err == nil {
+		gid = uint32(v)
+	}
+	if v, err := strconv.ParseUint(md[mdRdev], 10, 32); err == nil {
+		rdev = uint32(v)
+	}
+	mtime = lastModified.UnixNano()
+	if v, err := strconv.ParseInt(md[mdMtimeNs], 10, 64); err == nil {
+		mtime = v
+	} else if s := md[mdMtime]; s != "" {
+		if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+			mtime = int64(f * 1e9)
+		}
+	}
+	return mode, uid, gid, rdev, mtime
+}
+
+// validSegment reports why a key segment cannot be a file name, or "".
+func validSegment(name string) string {
+	switch {
+	case name == "":
+		return "empty path segment"
+	case name == "." || name == "..":
+		return "dot segment"
+	case len(name) > 255:
+		return "segment longer than 255 bytes"
+	case strings.ContainsRune(name, 0):
+		return "NUL byte"
+	}
+	return ""
+}

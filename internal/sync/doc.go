@@ -1,0 +1,29 @@
+// Package sync moves changes between the file system and the bucket.
+//
+// The importer (bucket to file system) lists a directory's prefix the first
+// time the directory is used, turning objects into files and common
+// prefixes into directories. Keys that cannot be paths are skipped, counted
+// and logged once each; they never stop the rest of the listing.
+//
+// The exporter (file system to bucket) drains the export queue kept in
+// meta. It reconciles one inode at a time: the objects that should exist
+// (one per current name of the inode, outside lost+found) against the
+// objects that do (the inode's Keys). A changed file is uploaded once (one
+// PUT, or a multipart upload whose unchanged ranges are copied server side
+// from the version the file was based on) and copied to its other names; a
+// name that went away is deleted; a renamed file is copied and then deleted;
+// a renamed directory first makes sure its whole subtree is imported, then
+// queues its children. Every upload is a complete object version: multipart
+// uploads are aborted on failure and never leave a partial object.
+//
+// Writes go on during an upload: the inode records a generation number, and
+// an upload only marks the inode clean if no write happened meanwhile;
+// otherwise the inode stays queued and is exported again after the quiet
+// period.
+//
+// Attributes travel as object user metadata under the names s3fs uses
+// (mode, uid, gid, mtime in seconds), plus bucketfs-mtime with nanoseconds
+// and rdev for device nodes. Symlinks are objects whose body is the target;
+// fifos, sockets and devices are empty objects whose mode records their
+// type. Extended attributes stay on the file side.
+package sync

@@ -1,0 +1,492 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	gosync "sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/meta"
+	"bucketfs/internal/tier"
+)
+
+// ExporterConfig tunes an Exporter.
+type ExporterConfig struct {
+	// Poll is how often the queue is scanned for due inodes (default 1s,
+	// never more than a quarter of the export delay).
+	Poll time.Duration
+	// PartSize is the multipart part size (default 16 MiB, at least 5 MiB);
+	// files at least this large are uploaded in parts.
+	PartSize int64
+	// Parallel is how many parts of one upload, and how many inodes, are in
+	// flight at once (default 4).
+	Parallel int
+	// IsOpen tells whether an unlinked inode is still held open; its data
+	// must stay in the tier until the last close.
+	IsOpen func(meta.Ino) bool
+	Logger *slog.Logger
+}
+
+// Exporter drains the export queue into the bucket.
+type Exporter struct {
+	meta     *meta.Store
+	tier     *tier.Tier
+	bucket   *bucket.Client
+	importer *Importer
+	cfg      ExporterConfig
+	log      *slog.Logger
+
+	mu       gosync.Mutex
+	attempts map[meta.Ino]int // consecutive failures, for backoff
+	busy     map[meta.Ino]bool
+
+	exported  atomic.Int64
+	bytes     atomic.Int64
+	failures  atomic.Int64
+	conflicts atomic.Int64
+}
+
+// NewExporter returns an exporter. The importer is used to list a renamed
+// directory's subtree before its objects are moved.
+func NewExporter(m *meta.Store, t *tier.Tier, b *bucket.Client, im *Importer, cfg ExporterConfig) *Exporter {
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.PartSize < 5<<20 {
+		cfg.PartSize = 16 << 20
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
+	}
+	if cfg.IsOpen == nil {
+		cfg.IsOpen = func(meta.Ino) bool { return false }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Exporter{meta: m, tier: t, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
+		attempts: map[meta.Ino]int{}, busy: map[meta.Ino]bool{}}
+}
+
+// ExportStats are the exporter's counters.
+type ExportStats struct {
+	Exported, Bytes, Failures, Conflicts int64
+}
+
+// Stats returns the exporter's counters.
+func (e *Exporter) Stats() ExportStats {
+	return ExportStats{e.exported.Load(), e.bytes.Load(), e.failures.Load(), e.conflicts.Load()}
+}
+
+// Run exports due inodes until ctx is done.
+func (e *Exporter) Run(ctx context.Context) {
+	t := time.NewTicker(e.cfg.Poll)
+	defer t.Stop()
+	for {
+		e.drain(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Flush exports everything queued now, ignoring the quiet period, and
+// returns once the queue is empty or an export failed.
+func (e *Exporter) Flush(ctx context.Context) error {
+	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		far := time.Now().Add(100 * 365 * 24 * time.Hour)
+		failed := e.drain(ctx, far)
+		n, _, err := e.meta.QueueStats(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if failed > 0 && i > 3 {
+			return fmt.Errorf("flush: %d exports failed, %d still queued", failed, n)
+		}
+		if i > 1000 {
+			return fmt.Errorf("flush: %d exports still queued", n)
+		}
+	}
+}
+
+// drain reconciles every inode due by now, Parallel at a time, and
+// returns how many failed.
+func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
+	due, err := e.meta.Due(ctx, now, 10000)
+	if err != nil {
+		e.log.Error("export queue", "err", err)
+		return 1
+	}
+	sem := make(chan struct{}, e.cfg.Parallel)
+	var wg gosync.WaitGroup
+	var mu gosync.Mutex
+	for _, q := range due {
+		e.mu.Lock()
+		if e.busy[q.Ino] {
+			e.mu.Unlock()
+			continue
+		}
+		e.busy[q.Ino] = true
+		e.mu.Unlock()
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				e.mu.Lock()
+				delete(e.busy, q.Ino)
+				e.mu.Unlock()
+				<-sem
+				wg.Done()
+			}()
+			if err := e.reconcile(ctx, q); err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				e.retryLater(ctx, q.Ino, err)
+				return
+			}
+			e.mu.Lock()
+			delete(e.attempts, q.Ino)
+			e.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
+	e.failures.Add(1)
+	e.mu.Lock()
+	e.attempts[ino]++
+	n := e.attempts[ino]
+	e.mu.Unlock()
+	backoff := time.Duration(1<<min(n, 6)) * time.Second
+	e.log.Warn("export failed; will retry", "ino", ino, "attempt", n, "retry_in", backoff, "err", err)
+	if err := e.meta.Enqueue(ctx, ino, time.Now().Add(backoff), false); err != nil {
+		e.log.Error("requeue export", "ino", ino, "err", err)
+	}
+}
+
+// reconcile makes the bucket match one inode.
+func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
+	in, err := e.meta.Get(ctx, q.Ino)
+	if errors.Is(err, syscall.ENOENT) {
+		return e.meta.Forget(ctx, q.Ino)
+	}
+	if err != nil {
+		return err
+	}
+	if in.Ino == meta.RootIno || in.Has(meta.NoExport) {
+		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
+		return err
+	}
+	paths, underLF, err := e.meta.Paths(ctx, in.Ino)
+	if err != nil {
+		return err
+	}
+	var want []string
+	for i, p := range paths {
+		if underLF[i] {
+			continue
+		}
+		if in.IsDir() {
+			p += "/"
+		}
+		want = append(want, p)
+	}
+	if in.IsDir() {
+		return e.reconcileDir(ctx, q, &in, want)
+	}
+	return e.reconcileFile(ctx, q, &in, want)
+}
+
+func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.Inode, want []string) error {
+	gen := in.Gen
+	have := map[string]meta.Object{}
+	for _, k := range in.Keys {
+		have[k.Key] = k
+	}
+	var keep []meta.Object
+	base := in.Base
+	if len(want) > 0 {
+		var src meta.Object // a complete object with the current content
+		switch {
+		case in.Has(meta.DataDirty) || len(in.Keys) == 0:
+			obj, err := e.upload(ctx, in, want[0], have[want[0]])
+			if err != nil {
+				return err
+			}
+			src, base = obj, obj
+			keep = append(keep, obj)
+		case in.Dirty():
+			// Attributes only: rewrite metadata in place where the name is
+			// already exported.
+			if old, ok := have[want[0]]; ok {
+				obj, err := e.bucket.Copy(ctx, want[0], old.Key, old.VersionID, bucket.PutOptions{Metadata: objectMetadata(in), IfMatch: old.ETag})
+				if err != nil {
+					return e.conflictOr(want[0], err)
+				}
+				src = toObject(obj, in.Size)
+				keep = append(keep, src)
+			}
+		}
+		if src.Key == "" {
+			src = in.Keys[0]
+		}
+		for _, k := range want {
+			if k == src.Key {
+				if len(keep) == 0 {
+					keep = append(keep, src)
+				}
+				continue
+			}
+			old, exported := have[k]
+			if exported && !in.Dirty() {
+				keep = append(keep, old)
+				continue
+			}
+			opt := bucket.PutOptions{Metadata: objectMetadata(in)}
+			if exported {
+				opt.IfMatch = old.ETag
+			} else {
+				opt.IfNoneMatch = true
+			}
+			obj, err := e.bucket.Copy(ctx, k, src.Key, src.VersionID, opt)
+			if err != nil {
+				return e.conflictOr(k, err)
+			}
+			keep = append(keep, toObject(obj, in.Size))
+		}
+	}
+	// Names the inode no longer has.
+	wanted := map[string]bool{}
+	for _, k := range want {
+		wanted[k] = true
+	}
+	for _, k := range in.Keys {
+		if !wanted[k.Key] {
+			if err := e.bucket.Delete(ctx, k.Key); err != nil {
+				return fmt.Errorf("delete %q: %w", k.Key, err)
+			}
+		}
+	}
+	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
+		cur.Keys = keep
+		cur.Base = base
+	})
+	if err != nil {
+		return err
+	}
+	e.exported.Add(1)
+	if done && after.Nlink == 0 && !e.cfg.IsOpen(after.Ino) {
+		if err := e.tier.Remove(uint64(after.Ino)); err != nil {
+			return err
+		}
+		return e.meta.Forget(ctx, after.Ino)
+	}
+	if after.Nlink == 0 && e.cfg.IsOpen(after.Ino) {
+		// Still open: look again later.
+		return e.meta.Enqueue(ctx, after.Ino, time.Now().Add(e.cfg.Poll), true)
+	}
+	return nil
+}
+
+// conflictOr turns a failed precondition into a counted conflict: the
+// bucket changed under us. The bucket wins; the file-side version stays
+// queued until the importer resolves it.
+func (e *Exporter) conflictOr(key string, err error) error {
+	if errors.Is(err, bucket.ErrPrecondition) {
+		e.conflicts.Add(1)
+		e.log.Warn("export conflict: the object changed in the bucket", "key", key)
+	}
+	return fmt.Errorf("export %q: %w", key, err)
+}
+
+func toObject(o bucket.ObjectInfo, size int64) meta.Object {
+	return meta.Object{Key: o.Key, ETag: o.ETag, VersionID: o.VersionID, Size: size}
+}
+
+// upload writes the whole current content of in to key as one new object
+// version, conditional on old (the version last seen there, if any).
+func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
+	opt := bucket.PutOptions{Metadata: objectMetadata(in)}
+	if old.Key != "" {
+		opt.IfMatch = old.ETag
+	} else {
+		opt.IfNoneMatch = true
+	}
+	var info bucket.ObjectInfo
+	var err error
+	switch {
+	case in.Type() == syscall.S_IFLNK:
+		body := []byte(in.Target)
+		info, err = e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
+	case !in.IsRegular():
+		info, err = e.bucket.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	case in.Size < e.cfg.PartSize:
+		var body []byte
+		if body, err = e.readAll(ctx, in); err == nil {
+			info, err = e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
+		}
+	default:
+		var parts []bucket.Part
+		if parts, err = e.parts(ctx, in); err == nil {
+			info, err = e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
+		}
+	}
+	if err != nil {
+		return meta.Object{}, e.conflictOr(key, err)
+	}
+	e.bytes.Add(in.Size)
+	size := in.Size
+	if in.Type() == syscall.S_IFLNK {
+		size = int64(len(in.Target))
+	}
+	return toObject(info, size), nil
+}
+
+// readAll returns the file's bytes, fetching what the tier lacks.
+func (e *Exporter) readAll(ctx context.Context, in *meta.Inode) ([]byte, error) {
+	if err := e.fill(ctx, in, 0, in.Size); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, in.Size)
+	n, err := e.tier.ReadAt(uint64(in.Ino), buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// fill fetches the missing parts of [off, off+n) from the base object.
+func (e *Exporter) fill(ctx context.Context, in *meta.Inode, off, n int64) error {
+	if in.Has(meta.Local) {
+		return nil
+	}
+	for _, r := range e.tier.Missing(uint64(in.Ino), off, n) {
+		if r.Off >= in.Base.Size {
+			continue
+		}
+		l := min(r.Len, in.Base.Size-r.Off)
+		buf := make([]byte, l)
+		got, err := e.bucket.ReadAt(ctx, in.Base.Key, in.Base.VersionID, buf, r.Off)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == l) {
+			return fmt.Errorf("fetch base of %d: %w", in.Ino, err)
+		}
+		if err := e.tier.Fill(uint64(in.Ino), buf, r.Off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parts plans a multipart upload: ranges wholly unchanged since the base
+// version are copied server side, the others are read from the tier.
+func (e *Exporter) parts(ctx context.Context, in *meta.Inode) ([]bucket.Part, error) {
+	size := e.cfg.PartSize
+	for in.Size/size >= 10000 {
+		size *= 2
+	}
+	var parts []bucket.Part
+	for off := int64(0); off < in.Size; off += size {
+		n := min(size, in.Size-off)
+		missing := e.tier.Missing(uint64(in.Ino), off, n)
+		if !in.Has(meta.Local) && len(missing) == 1 && missing[0].Len == n && off+n <= in.Base.Size {
+			parts = append(parts, bucket.Part{Off: off, Len: n, CopyKey: in.Base.Key, CopyVersion: in.Base.VersionID, CopyOff: off})
+			continue
+		}
+		if err := e.fill(ctx, in, off, n); err != nil {
+			return nil, err
+		}
+		parts = append(parts, bucket.Part{Off: off, Len: n, Src: tierReader{e.tier, uint64(in.Ino)}})
+	}
+	return parts, nil
+}
+
+// tierReader reads one inode's data from the tier.
+type tierReader struct {
+	t   *tier.Tier
+	ino uint64
+}
+
+func (r tierReader) ReadAt(p []byte, off int64) (int, error) { return r.t.ReadAt(r.ino, p, off) }
+
+// reconcileDir keeps a marker object for a directory at its current path.
+// A directory whose path changed (a rename of it or of an ancestor) first
+// imports its whole listing from the old prefix, then queues its children
+// so that each moves its own objects.
+func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Inode, want []string) error {
+	gen := in.Gen
+	newKey := ""
+	if len(want) > 0 {
+		newKey = want[0]
+	}
+	moved := in.Source != "" && in.Source != newKey
+	if moved || newKey == "" {
+		if err := e.importer.EnsureListed(ctx, in); err != nil {
+			return err
+		}
+		ents, err := e.meta.ReadDir(ctx, in.Ino, "", 1<<30)
+		if err != nil {
+			return err
+		}
+		for _, ent := range ents {
+			if err := e.meta.Enqueue(ctx, ent.Ino, time.Now(), true); err != nil {
+				return err
+			}
+		}
+	}
+	var keep []meta.Object
+	if newKey != "" {
+		old := meta.Object{}
+		for _, k := range in.Keys {
+			if k.Key == newKey {
+				old = k
+			}
+		}
+		if old.Key == "" || in.Dirty() {
+			obj, err := e.upload(ctx, in, newKey, old)
+			if err != nil {
+				return err
+			}
+			old = obj
+		}
+		keep = append(keep, old)
+	}
+	for _, k := range in.Keys {
+		if k.Key != newKey {
+			if err := e.bucket.Delete(ctx, k.Key); err != nil {
+				return fmt.Errorf("delete %q: %w", k.Key, err)
+			}
+		}
+	}
+	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
+		cur.Keys = keep
+		if newKey != "" {
+			cur.Source = newKey
+		}
+	})
+	if err != nil {
+		return err
+	}
+	e.exported.Add(1)
+	if done && after.Nlink == 0 {
+		return e.meta.Forget(ctx, after.Ino)
+	}
+	return nil
+}

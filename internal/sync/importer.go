@@ -1,0 +1,236 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	gosync "sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/meta"
+)
+
+// maxSymlinkTarget bounds the body read for a symlink object.
+const maxSymlinkTarget = 4096
+
+// Importer lists directories from the bucket on first access.
+type Importer struct {
+	meta   *meta.Store
+	bucket *bucket.Client
+	log    *slog.Logger
+
+	mu       gosync.Mutex
+	inflight map[meta.Ino]*listing // one listing per directory at a time
+	badKeys  map[string]bool       // keys already logged as unimportable
+
+	imported atomic.Int64
+	failures atomic.Int64
+}
+
+type listing struct {
+	done chan struct{}
+	err  error
+}
+
+// NewImporter returns an importer for the namespace m backed by b.
+func NewImporter(m *meta.Store, b *bucket.Client, log *slog.Logger) *Importer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Importer{meta: m, bucket: b, log: log, inflight: map[meta.Ino]*listing{}, badKeys: map[string]bool{}}
+}
+
+// ImportStats are the importer's counters.
+type ImportStats struct {
+	Imported int64    // inodes created from listings
+	Failures int64    // keys that could not be imported
+	Samples  []string // some of those keys
+}
+
+// Stats returns the importer's counters.
+func (im *Importer) Stats() ImportStats {
+	s := ImportStats{Imported: im.imported.Load(), Failures: im.failures.Load()}
+	im.mu.Lock()
+	for k := range im.badKeys {
+		if len(s.Samples) == 10 {
+			break
+		}
+		s.Samples = append(s.Samples, k)
+	}
+	im.mu.Unlock()
+	return s
+}
+
+// EnsureListed imports dir's children unless that was done before.
+// Concurrent callers for one directory share one listing.
+func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
+	if dir.Has(meta.Listed) {
+		return nil
+	}
+	im.mu.Lock()
+	l, ok := im.inflight[dir.Ino]
+	if !ok {
+		l = &listing{done: make(chan struct{})}
+		im.inflight[dir.Ino] = l
+		go func() {
+			// The listing outlives one caller's cancellation: others may
+			// wait for it, and a finished page is never wasted.
+			l.err = im.list(context.WithoutCancel(ctx), dir.Ino, dir.Source)
+			im.mu.Lock()
+			delete(im.inflight, dir.Ino)
+			im.mu.Unlock()
+			close(l.done)
+		}()
+	}
+	im.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// list reads every page of prefix and adds what it finds to dir.
+func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string) error {
+	// Collect the whole listing first: an object "x" and a prefix "x/"
+	// may arrive on different pages, and the directory must win.
+	var objs []bucket.ObjectInfo
+	dirs := map[string]bool{}
+	token := ""
+	for {
+		page, err := im.bucket.List(ctx, prefix, token, 1000)
+		if err != nil {
+			return fmt.Errorf("list %q: %w", prefix, err)
+		}
+		objs = append(objs, page.Objects...)
+		for _, p := range page.Prefixes {
+			dirs[p] = true
+		}
+		if !page.Truncated || page.NextToken == "" {
+			break
+		}
+		token = page.NextToken
+	}
+	var items []meta.Imported
+	now := time.Now()
+	for p := range dirs {
+		name := p[len(prefix) : len(p)-1]
+		if why := validSegment(name); why != "" {
+			im.reject(p, why)
+			continue
+		}
+		mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
+		items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})
+	}
+	var candidates []bucket.ObjectInfo
+	for _, o := range objs {
+		name := o.Key[len(prefix):]
+		if name == "" {
+			continue // the directory's own marker object
+		}
+		if why := validSegment(name); why != "" {
+			im.reject(o.Key, why)
+			continue
+		}
+		if dirs[o.Key+"/"] {
+			im.reject(o.Key, "object beside a prefix of the same name")
+			continue
+		}
+		candidates = append(candidates, o)
+	}
+	items = append(items, im.fileItems(ctx, prefix, candidates)...)
+	const batch = 1000
+	for start := 0; ; start += batch {
+		end := min(start+batch, len(items))
+		n, err := im.meta.AddImported(ctx, dir, items[start:end], end == len(items))
+		if err != nil {
+			return err
+		}
+		im.imported.Add(int64(n))
+		if end == len(items) {
+			return nil
+		}
+	}
+}
+
+// headParallel bounds the HEAD requests one listing runs at once.
+const headParallel = 32
+
+// fileItems turns objects into non-directory children. Listings carry no
+// user metadata, so each object's attributes come from a HEAD, run in
+// parallel. Objects that fail are counted and skipped.
+func (im *Importer) fileItems(ctx context.Context, prefix string, objs []bucket.ObjectInfo) []meta.Imported {
+	out := make([]meta.Imported, len(objs))
+	ok := make([]bool, len(objs))
+	sem := make(chan struct{}, headParallel)
+	var wg gosync.WaitGroup
+	for i := range objs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			it, err := im.fileItem(ctx, objs[i].Key[len(prefix):], objs[i])
+			if err != nil {
+				im.reject(objs[i].Key, err.Error())
+				return
+			}
+			out[i], ok[i] = it, true
+		}()
+	}
+	wg.Wait()
+	items := out[:0]
+	for i := range out {
+		if ok[i] {
+			items = append(items, out[i])
+		}
+	}
+	return items
+}
+
+// fileItem turns one object into a non-directory child.
+func (im *Importer) fileItem(ctx context.Context, name string, o bucket.ObjectInfo) (meta.Imported, error) {
+	h, err := im.bucket.Head(ctx, o.Key, "")
+	if err != nil {
+		return meta.Imported{}, fmt.Errorf("head: %w", err)
+	}
+	o = h
+	mode, uid, gid, rdev, mtime := attrsFromMetadata(o.Metadata, o.LastModified, false)
+	it := meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Rdev: rdev, Mtime: mtime,
+		Obj: meta.Object{Key: o.Key, ETag: o.ETag, VersionID: o.VersionID, Size: o.Size}}
+	if mode&syscall.S_IFMT == syscall.S_IFLNK {
+		if o.Size <= 0 || o.Size > maxSymlinkTarget {
+			return meta.Imported{}, errors.New("symlink object with a bad size")
+		}
+		body, _, err := im.bucket.Get(ctx, o.Key, o.VersionID, 0, -1)
+		if err != nil {
+			return meta.Imported{}, err
+		}
+		defer body.Close()
+		target, err := io.ReadAll(io.LimitReader(body, maxSymlinkTarget))
+		if err != nil {
+			return meta.Imported{}, err
+		}
+		it.Target = string(target)
+	}
+	return it, nil
+}
+
+// reject counts a key that cannot be imported and logs it once.
+func (im *Importer) reject(key, why string) {
+	im.failures.Add(1)
+	im.mu.Lock()
+	first := !im.badKeys[key]
+	if first && len(im.badKeys) < 100000 {
+		im.badKeys[key] = true
+	}
+	im.mu.Unlock()
+	if first {
+		im.log.Warn("object key is not importable", "key", key, "reason", why)
+	}
+}

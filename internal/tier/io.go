@@ -1,0 +1,216 @@
+package tier
+
+import (
+	"io"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadAt reads len(p) bytes of ino's data file at off. The caller guarantees
+// the range is present (see Missing); holes read as zeros. As with
+// os.File.ReadAt, a read that reaches the end of the data file returns the
+// bytes read and a bare io.EOF. An inode without state fails with ErrNoState.
+func (t *Tier) ReadAt(ino uint64, p []byte, off int64) (int, error) {
+	n, err := t.shared(ino)
+	if err != nil {
+		return 0, opErr("read", ino, err)
+	}
+	defer n.life.RUnlock()
+	n.lastUse.Store(t.now())
+	f, err := t.file(n)
+	if err != nil {
+		return 0, opErr("read", ino, err)
+	}
+	c, err := f.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		err = opErr("read", ino, err)
+	}
+	return c, err
+}
+
+// WriteAt writes p at off and marks the written bytes present. A write that
+// starts past the logical size also makes the gap present: it is local zeros.
+// On a short write (ENOSPC, for instance) the bytes written are marked and
+// returned with an error wrapping the cause; earlier data is untouched.
+func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
+	if err := checkRange(off, int64(len(p))); err != nil {
+		return 0, opErr("write", ino, err)
+	}
+	n, err := t.shared(ino)
+	if err != nil {
+		return 0, opErr("write", ino, err)
+	}
+	defer n.life.RUnlock()
+	n.fill.RLock()
+	defer n.fill.RUnlock()
+	n.lastUse.Store(t.now())
+	f, err := t.file(n)
+	if err != nil {
+		return 0, opErr("write", ino, err)
+	}
+	c, err := f.WriteAt(p, off)
+	if c > 0 {
+		n.mu.Lock()
+		t.markLocked(n, off, int64(c), true)
+		n.mu.Unlock()
+		t.markStale(n)
+	}
+	if err != nil {
+		return c, opErr("write", ino, err)
+	}
+	return c, nil
+}
+
+// Fill stores clean data fetched from the bucket: p holds the object's bytes
+// at off. Only the sub-ranges that are not present are written and marked;
+// present ranges may hold newer local writes and are left alone. Fill waits
+// for in-flight WriteAt and Punch calls on ino and holds off new ones while
+// it runs.
+func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
+	if err := checkRange(off, int64(len(p))); err != nil {
+		return opErr("fill", ino, err)
+	}
+	n, err := t.shared(ino)
+	if err != nil {
+		return opErr("fill", ino, err)
+	}
+	defer n.life.RUnlock()
+	n.fill.Lock()
+	defer n.fill.Unlock()
+	n.lastUse.Store(t.now())
+	n.mu.Lock()
+	gaps := n.ext.missing(off, int64(len(p)), nil)
+	n.mu.Unlock()
+	if len(gaps) == 0 {
+		return nil
+	}
+	f, err := t.file(n)
+	if err != nil {
+		return opErr("fill", ino, err)
+	}
+	defer t.markStale(n)
+	for _, g := range gaps {
+		c, err := f.WriteAt(p[g.Off-off:g.End()-off], g.Off)
+		if c > 0 {
+			n.mu.Lock()
+			t.markLocked(n, g.Off, int64(c), false)
+			n.mu.Unlock()
+		}
+		if err != nil {
+			return opErr("fill", ino, err)
+		}
+	}
+	return nil
+}
+
+// Punch deallocates [off, off+n) of the data file (fallocate PUNCH_HOLE |
+// KEEP_SIZE). The part inside the logical size is present afterwards and
+// reads as zeros, whether or not it was present before.
+func (t *Tier) Punch(ino uint64, off, length int64) error {
+	if err := checkRange(off, length); err != nil || length == 0 {
+		if err == nil {
+			err = unix.EINVAL
+		}
+		return opErr("punch", ino, err)
+	}
+	n, err := t.shared(ino)
+	if err != nil {
+		return opErr("punch", ino, err)
+	}
+	defer n.life.RUnlock()
+	n.fill.RLock()
+	defer n.fill.RUnlock()
+	f, err := t.file(n)
+	if err != nil {
+		return opErr("punch", ino, err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length); err != nil {
+		return opErr("punch", ino, err)
+	}
+	defer t.markStale(n)
+	n.mu.Lock()
+	hi := min(end(off, length), n.size)
+	n.mu.Unlock()
+	if hi <= off {
+		return nil
+	}
+	// Reads of the newly present range must not hit the end of the file.
+	fi, err := f.Stat()
+	if err != nil {
+		return opErr("punch", ino, err)
+	}
+	if fi.Size() < hi {
+		if err := f.Truncate(hi); err != nil {
+			return opErr("punch", ino, err)
+		}
+	}
+	n.mu.Lock()
+	t.markLocked(n, off, hi-off, false)
+	n.mu.Unlock()
+	return nil
+}
+
+// Allocate preallocates disk blocks for [off, off+n) of the data file
+// (fallocate KEEP_SIZE). It changes neither the present ranges nor the
+// logical size: after growing a file this way the caller marks the new range
+// present with Truncate. Allocated blocks count in Usage.
+func (t *Tier) Allocate(ino uint64, off, length int64) error {
+	if err := checkRange(off, length); err != nil || length == 0 {
+		if err == nil {
+			err = unix.EINVAL
+		}
+		return opErr("allocate", ino, err)
+	}
+	n, err := t.shared(ino)
+	if err != nil {
+		return opErr("allocate", ino, err)
+	}
+	defer n.life.RUnlock()
+	f, err := t.file(n)
+	if err != nil {
+		return opErr("allocate", ino, err)
+	}
+	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, length)
+	t.markStale(n)
+	if err != nil {
+		return opErr("allocate", ino, err)
+	}
+	return nil
+}
+
+// SeekData returns the first offset at or after off where the data file holds
+// data (lseek SEEK_DATA). Ranges that are not present are holes in the data
+// file, so this is meaningful for a fully present inode. Past the end of the
+// file the error wraps unix.ENXIO.
+func (t *Tier) SeekData(ino uint64, off int64) (int64, error) {
+	return t.seek("seek data", ino, off, unix.SEEK_DATA)
+}
+
+// SeekHole returns the first offset at or after off where the data file has
+// a hole (lseek SEEK_HOLE); the end of the file counts as a hole. Past the
+// end of the file the error wraps unix.ENXIO.
+func (t *Tier) SeekHole(ino uint64, off int64) (int64, error) {
+	return t.seek("seek hole", ino, off, unix.SEEK_HOLE)
+}
+
+func (t *Tier) seek(op string, ino uint64, off int64, whence int) (int64, error) {
+	if off < 0 {
+		return 0, opErr(op, ino, unix.EINVAL)
+	}
+	n, err := t.shared(ino)
+	if err != nil {
+		return 0, opErr(op, ino, err)
+	}
+	defer n.life.RUnlock()
+	f, err := t.file(n)
+	if err != nil {
+		return 0, opErr(op, ino, err)
+	}
+	// The descriptor is shared, but nothing else uses its file offset: all
+	// I/O is pread/pwrite.
+	pos, err := unix.Seek(int(f.Fd()), off, whence)
+	if err != nil {
+		return 0, opErr(op, ino, err)
+	}
+	return pos, nil
+}

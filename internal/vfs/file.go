@@ -1,0 +1,379 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+
+	"bucketfs/internal/meta"
+	"bucketfs/internal/readahead"
+)
+
+// Handle is one open of a regular file: the per-open state (access mode,
+// the object version reads are pinned to, the read-ahead stream). What all
+// opens share lives in meta and the tier.
+type Handle struct {
+	fs       *FS
+	ino      Ino
+	flags    uint32
+	readable bool
+	writable bool
+	// pinned is the object version the inode's non-local bytes came from
+	// when this handle was opened.
+	pinned meta.Object
+
+	mu sync.Mutex
+	ra *readahead.Reader // created on the first direct read
+}
+
+// Ino returns the inode the handle is open on.
+func (h *Handle) Ino() Ino { return h.ino }
+
+// Open opens ino with open(2) flags, checking permissions.
+func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle, error) {
+	in, err := fs.meta.Get(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	if in.IsDir() {
+		if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+			return nil, syscall.EISDIR
+		}
+	}
+	if err := access(c, &in, openMask(flags)); err != nil {
+		return nil, err
+	}
+	return fs.open(ctx, &in, flags)
+}
+
+// Create makes a regular file and opens it. With exclusive, an existing
+// name fails with EEXIST; otherwise an existing file is opened (and
+// truncated with O_TRUNC) as open(2) with O_CREAT does.
+func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode, flags uint32) (Attr, *Handle, error) {
+	in, err := fs.create(ctx, c, parent, name, meta.Inode{Mode: syscall.S_IFREG | mode&0o7777})
+	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
+		if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
+			return Attr{}, nil, err
+		}
+		if in.IsDir() {
+			return Attr{}, nil, syscall.EISDIR
+		}
+		h, err := fs.Open(ctx, c, in.Ino, flags)
+		if err != nil {
+			return Attr{}, nil, err
+		}
+		in, err = fs.meta.Get(ctx, in.Ino)
+		return in, h, err
+	}
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	// The creator may write the file it made whatever mode it gave it.
+	h, err := fs.open(ctx, &in, flags&^syscall.O_TRUNC)
+	return in, h, err
+}
+
+func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, error) {
+	acc := flags & syscall.O_ACCMODE
+	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base,
+		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
+		writable: acc == syscall.O_WRONLY || acc == syscall.O_RDWR}
+	if in.IsRegular() {
+		if flags&syscall.O_TRUNC != 0 && h.writable {
+			if err := fs.truncate(ctx, in.Ino, 0); err != nil {
+				return nil, err
+			}
+		} else if err := fs.ensureTier(in); err != nil {
+			return nil, err
+		}
+		if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
+			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil {
+				return nil, err
+			}
+		}
+	}
+	fs.mu.Lock()
+	fs.opens[in.Ino]++
+	fs.mu.Unlock()
+	return h, nil
+}
+
+// ensureTier makes sure the tier tracks ino; an imported file starts with
+// nothing present.
+func (fs *FS) ensureTier(in *meta.Inode) error {
+	if _, ok := fs.tier.Present(uint64(in.Ino)); ok {
+		return nil
+	}
+	if in.Has(meta.Local) {
+		// A local file whose tier state is gone (never happens unless the
+		// tier directory was removed): its bytes are lost; say so.
+		return fmt.Errorf("inode %d: local data missing from the tier: %w", in.Ino, syscall.EIO)
+	}
+	return fs.tier.Init(uint64(in.Ino), in.Size)
+}
+
+// fetch copies the missing parts of [off, off+n) of the object obj into the
+// tier, without overwriting anything written locally.
+func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n int64) error {
+	for _, r := range fs.tier.Missing(uint64(in.Ino), off, n) {
+		if r.Off >= obj.Size {
+			continue // past the end of the object: local zeros
+		}
+		if end := r.Off + r.Len; end > obj.Size {
+			r.Len = obj.Size - r.Off
+		}
+		buf := make([]byte, r.Len)
+		got, err := fs.bucket.ReadAt(ctx, obj.Key, obj.VersionID, buf, r.Off)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == r.Len) {
+			return fmt.Errorf("fetch %q [%d,+%d): %w", obj.Key, r.Off, r.Len, err)
+		}
+		if err := fs.tier.Fill(uint64(in.Ino), buf, r.Off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Read reads into p at off. It returns fewer bytes only at end of file.
+func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
+	if !h.readable {
+		return 0, syscall.EBADF
+	}
+	fs := h.fs
+	in, err := fs.meta.Get(ctx, h.ino)
+	if err != nil {
+		return 0, err
+	}
+	if in.IsDir() {
+		return 0, syscall.EISDIR
+	}
+	if off >= in.Size {
+		return 0, nil
+	}
+	if rest := in.Size - off; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	ino := uint64(h.ino)
+	fs.tier.Touch(ino)
+	if in.Has(meta.Local) {
+		return fs.tier.ReadAt(ino, p, off)
+	}
+	missing := fs.tier.Missing(ino, off, int64(len(p)))
+	if len(missing) == 0 {
+		return fs.tier.ReadAt(ino, p, off)
+	}
+	if in.Size < fs.cfg.DirectReadSize {
+		if err := fs.fetch(ctx, &in, h.pinned, off, int64(len(p))); err != nil {
+			return 0, err
+		}
+		return fs.tier.ReadAt(ino, p, off)
+	}
+	// Large file: present ranges from the tier, the rest streamed from the
+	// pinned object version.
+	pos := off
+	for _, r := range missing {
+		if r.Off > pos {
+			if _, err := fs.tier.ReadAt(ino, p[pos-off:r.Off-off], pos); err != nil {
+				return 0, err
+			}
+		}
+		if err := h.direct(ctx, p[r.Off-off:r.Off+r.Len-off], r.Off); err != nil {
+			return 0, err
+		}
+		pos = r.Off + r.Len
+	}
+	if end := off + int64(len(p)); pos < end {
+		if _, err := fs.tier.ReadAt(ino, p[pos-off:], pos); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// direct fills p from the pinned object version at off; bytes past the
+// end of that version (the file grew locally) are zeros.
+func (h *Handle) direct(ctx context.Context, p []byte, off int64) error {
+	obj := h.pinned
+	if off >= obj.Size {
+		clear(p)
+		return nil
+	}
+	if end := off + int64(len(p)); end > obj.Size {
+		clear(p[obj.Size-off:])
+		p = p[:obj.Size-off]
+	}
+	h.mu.Lock()
+	if h.ra == nil {
+		h.ra = readahead.New(objectSource{h.fs, obj}, obj.Size,
+			readahead.Options{ChunkSize: h.fs.cfg.ReadAheadChunk, Window: h.fs.cfg.ReadAheadWindow})
+	}
+	ra := h.ra
+	h.mu.Unlock()
+	n, err := ra.ReadAt(ctx, p, off)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
+		return fmt.Errorf("read %q at %d: %w", obj.Key, off, err)
+	}
+	return nil
+}
+
+// objectSource reads one pinned object version with ranged GETs.
+type objectSource struct {
+	fs  *FS
+	obj meta.Object
+}
+
+func (s objectSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return s.fs.bucket.ReadAt(ctx, s.obj.Key, s.obj.VersionID, p, off)
+}
+
+// Write writes p at off (at the end of file for O_APPEND handles).
+func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
+	if !h.writable {
+		return 0, syscall.EBADF
+	}
+	fs := h.fs
+	ino := uint64(h.ino)
+	in, err := fs.meta.Get(ctx, h.ino)
+	if err != nil {
+		return 0, err
+	}
+	if h.flags&syscall.O_APPEND != 0 {
+		off = in.Size
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	// The tier treats a gap between the old end and off as local zeros.
+	n, err := fs.tier.WriteAt(ino, p, off)
+	if err != nil {
+		return n, err
+	}
+	end := off + int64(n)
+	now := fs.now()
+	_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
+		if end > in.Size {
+			in.Size = end
+		}
+		in.Mtime, in.Ctime = now, now
+		in.Mode &^= syscall.S_ISUID
+		return meta.DataChange, nil
+	})
+	return n, err
+}
+
+// Fsync makes the file's data and metadata durable.
+func (h *Handle) Fsync(ctx context.Context) error {
+	if err := h.fs.tier.Sync(uint64(h.ino)); err != nil {
+		return err
+	}
+	return h.fs.meta.Sync(ctx)
+}
+
+// Release closes the handle; the last close of an unlinked file lets the
+// exporter reclaim it.
+func (h *Handle) Release(ctx context.Context) {
+	h.mu.Lock()
+	if h.ra != nil {
+		h.ra.Close()
+		h.ra = nil
+	}
+	h.mu.Unlock()
+	fs := h.fs
+	fs.mu.Lock()
+	fs.opens[h.ino]--
+	last := fs.opens[h.ino] <= 0
+	if last {
+		delete(fs.opens, h.ino)
+	}
+	fs.mu.Unlock()
+}
+
+// Fallocate implements fallocate(2) modes 0, KEEP_SIZE and
+// PUNCH_HOLE|KEEP_SIZE.
+func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error {
+	const keepSize, punchHole = 0x1, 0x2
+	if !h.writable {
+		return syscall.EBADF
+	}
+	if off < 0 || n <= 0 {
+		return syscall.EINVAL
+	}
+	fs := h.fs
+	ino := uint64(h.ino)
+	in, err := fs.meta.Get(ctx, h.ino)
+	if err != nil {
+		return err
+	}
+	switch mode {
+	case 0, keepSize:
+		if err := fs.tier.Allocate(ino, off, n); err != nil {
+			return err
+		}
+		if mode == keepSize || off+n <= in.Size {
+			return nil
+		}
+		if err := fs.tier.Truncate(ino, off+n); err != nil {
+			return err
+		}
+		now := fs.now()
+		_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
+			if off+n > in.Size {
+				in.Size = off + n
+			}
+			in.Ctime = now
+			return meta.DataChange, nil
+		})
+		return err
+	case punchHole | keepSize:
+		if end := off + n; end > in.Size {
+			n = in.Size - off
+		}
+		if n <= 0 {
+			return nil
+		}
+		if err := fs.tier.Punch(ino, off, n); err != nil {
+			return err
+		}
+		now := fs.now()
+		_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
+			in.Mtime, in.Ctime = now, now
+			return meta.DataChange, nil
+		})
+		return err
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// Seek implements SEEK_DATA (whence 3) and SEEK_HOLE (whence 4). Ranges
+// still in the bucket count as data.
+func (h *Handle) Seek(ctx context.Context, off int64, whence int) (int64, error) {
+	in, err := h.fs.meta.Get(ctx, h.ino)
+	if err != nil {
+		return 0, err
+	}
+	if off < 0 || off >= in.Size {
+		return 0, syscall.ENXIO
+	}
+	if !in.Has(meta.Local) {
+		if whence == 3 {
+			return off, nil
+		}
+		return in.Size, nil
+	}
+	var pos int64
+	if whence == 3 {
+		pos, err = h.fs.tier.SeekData(uint64(h.ino), off)
+	} else {
+		pos, err = h.fs.tier.SeekHole(uint64(h.ino), off)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if pos > in.Size {
+		pos = in.Size
+	}
+	return pos, nil
+}

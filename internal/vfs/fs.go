@@ -1,0 +1,196 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/locks"
+	"bucketfs/internal/meta"
+	"bucketfs/internal/tier"
+)
+
+// Attr is the attribute view of an inode that front ends read.
+type Attr = meta.Inode
+
+// Ino is an inode number.
+type Ino = meta.Ino
+
+// Cred is the identity a request runs as.
+type Cred struct {
+	Uid, Gid uint32
+	Groups   []uint32 // supplementary groups, when the front end knows them
+}
+
+// Root is the superuser credential.
+var Root = Cred{}
+
+// Lister imports a directory's children from the bucket on first access.
+type Lister interface {
+	// EnsureListed returns once every child of dir is in meta.
+	EnsureListed(ctx context.Context, dir *meta.Inode) error
+}
+
+// Config tunes an FS.
+type Config struct {
+	// ImportThreshold: files smaller than this are fetched whole into the
+	// tier on first open.
+	ImportThreshold int64
+	// DirectReadSize: files at least this large are streamed from the
+	// bucket with read-ahead.
+	DirectReadSize int64
+	// ReadAhead tunes the streaming reader.
+	ReadAheadChunk  int64
+	ReadAheadWindow int
+	Logger          *slog.Logger
+}
+
+// FS is one mounted file system. It is safe for concurrent use.
+type FS struct {
+	meta   *meta.Store
+	tier   *tier.Tier
+	bucket *bucket.Client
+	lister Lister
+	cfg    Config
+	log    *slog.Logger
+	locks  locks.Table
+
+	mu    sync.Mutex
+	opens map[Ino]int // open handles per inode
+}
+
+// New assembles an FS.
+func New(m *meta.Store, t *tier.Tier, b *bucket.Client, l Lister, cfg Config) *FS {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &FS{meta: m, tier: t, bucket: b, lister: l, cfg: cfg, log: cfg.Logger, opens: map[Ino]int{}}
+}
+
+// Meta returns the namespace store.
+func (fs *FS) Meta() *meta.Store { return fs.meta }
+
+// IsOpen reports whether any handle holds ino open. The exporter keeps an
+// unlinked inode's data while it is open.
+func (fs *FS) IsOpen(ino Ino) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.opens[ino] > 0
+}
+
+func (fs *FS) now() int64 { return time.Now().UnixNano() }
+
+// Errno maps an error from any layer to the errno a front end returns.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, bucket.ErrNotFound):
+		return syscall.EIO // the object behind a known inode vanished
+	case errors.Is(err, bucket.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EIO
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case errors.Is(err, os.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return syscall.EIO
+	}
+	return syscall.EIO
+}
+
+// GetAttr returns the attributes of ino.
+func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	return fs.meta.Get(ctx, ino)
+}
+
+// Lookup finds name in directory parent, importing the directory's listing
+// from the bucket on first access.
+func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {
+	p, err := fs.dir(ctx, c, parent, mayExec)
+	if err != nil {
+		return Attr{}, err
+	}
+	switch name {
+	case ".":
+		return p, nil
+	case "..":
+		return fs.parentOf(ctx, p)
+	}
+	return fs.meta.Lookup(ctx, parent, name)
+}
+
+func (fs *FS) parentOf(ctx context.Context, dir Attr) (Attr, error) {
+	if dir.Ino == meta.RootIno {
+		return dir, nil
+	}
+	ls, err := fs.meta.Links(ctx, dir.Ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if len(ls) == 0 {
+		return Attr{}, syscall.ENOENT
+	}
+	return fs.meta.Get(ctx, ls[0].Parent)
+}
+
+// dir loads directory ino, checks the caller has mask on it, and makes sure
+// its children are imported.
+func (fs *FS) dir(ctx context.Context, c Cred, ino Ino, mask uint32) (Attr, error) {
+	d, err := fs.meta.Get(ctx, ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if !d.IsDir() {
+		return Attr{}, fmt.Errorf("inode %d: %w", ino, syscall.ENOTDIR)
+	}
+	if err := access(c, &d, mask); err != nil {
+		return Attr{}, err
+	}
+	if !d.Has(meta.Listed) && fs.lister != nil {
+		if err := fs.lister.EnsureListed(ctx, &d); err != nil {
+			return Attr{}, fmt.Errorf("list directory %d: %w", ino, err)
+		}
+	}
+	return d, nil
+}
+
+// Access checks mask (R_OK=4, W_OK=2, X_OK=1) for c on ino.
+func (fs *FS) Access(ctx context.Context, c Cred, ino Ino, mask uint32) error {
+	in, err := fs.meta.Get(ctx, ino)
+	if err != nil {
+		return err
+	}
+	return access(c, &in, mask)
+}
+
+// StatFS describes the file system's capacity: effectively unbounded, as
+// the bucket is.
+type StatFS struct {
+	Bsize               uint32
+	Blocks, Bfree       uint64
+	Files, Ffree        uint64
+	NameLen             uint32
+	TierUsed, TierLimit int64
+}
+
+// StatFs reports a size of 8 EiB, as S3 Files does: the bucket has no
+// fixed capacity.
+func (fs *FS) StatFs(ctx context.Context) StatFS {
+	const bsize = 4096
+	blocks := uint64(1<<63) / bsize
+	used := uint64(fs.tier.Usage()) / bsize
+	return StatFS{Bsize: bsize, Blocks: blocks, Bfree: blocks - used,
+		Files: 1 << 40, Ffree: 1<<40 - 1, NameLen: 255, TierUsed: fs.tier.Usage()}
+}
