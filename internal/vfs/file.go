@@ -108,9 +108,10 @@ func (fs *FS) ensureTier(in *meta.Inode) error {
 		return nil
 	}
 	if in.Has(meta.Local) {
-		// A local file whose tier state is gone (never happens unless the
-		// tier directory was removed): its bytes are lost; say so.
-		return fmt.Errorf("inode %d: local data missing from the tier: %w", in.Ino, syscall.EIO)
+		// A file-side file whose data never reached an fsync before a crash:
+		// POSIX allows losing those bytes, not the file. It reads as zeros.
+		fs.log.Warn("unsynced data of a local file was lost in a crash; it reads as zeros", "ino", in.Ino)
+		return fs.tier.Create(uint64(in.Ino), in.Size)
 	}
 	return fs.tier.Init(uint64(in.Ino), in.Size)
 }
