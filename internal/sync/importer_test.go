@@ -1,0 +1,177 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/meta"
+)
+
+// fakeStore is an in-process gofakes3 server. These tests use it rather
+// than the embedded versitygw store because versitygw keeps objects as
+// files and refuses exactly the hostile keys under test ("a//b", "./x",
+// segments over 255 bytes, an object beside a prefix of the same name).
+func fakeStore(t *testing.T) *bucket.Client {
+	t.Helper()
+	be := s3mem.New()
+	if err := be.CreateBucket("b"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(be).Server())
+	t.Cleanup(srv.Close)
+	c, err := bucket.New(context.Background(), bucket.Config{Bucket: "b", Endpoint: srv.URL,
+		AccessKey: "a", SecretKey: "s", Region: "us-east-1", OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newMeta(t *testing.T) *meta.Store {
+	t.Helper()
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m, err := meta.Open(context.Background(), db, meta.Options{ExportDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func put(t *testing.T, c *bucket.Client, key string, md map[string]string) {
+	t.Helper()
+	body := []byte("data of " + key)
+	if _, err := c.Put(context.Background(), key, bytes.NewReader(body), int64(len(body)), bucket.PutOptions{Metadata: md}); err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+}
+
+func list(t *testing.T, m *meta.Store, im *Importer, path string) []string {
+	t.Helper()
+	ctx := context.Background()
+	in, err := m.Get(ctx, meta.RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range strings.Split(path, "/") {
+		if part == "" {
+			continue
+		}
+		if err := im.EnsureListed(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+		if in, err = m.Lookup(ctx, in.Ino, part); err != nil {
+			t.Fatalf("lookup %q: %v", part, err)
+		}
+	}
+	if err := im.EnsureListed(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := m.ReadDir(ctx, in.Ino, "", 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name, meta.LostFoundPrefix) {
+			names = append(names, e.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestHostileKeysAreSkippedAndCountedWhileTheRestLists(t *testing.T) {
+	c := fakeStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, c, nil)
+	for _, k := range []string{"ok.txt", "bad//double", "./dot", "x/../up", "x/fine",
+		strings.Repeat("n", 256), "clash", "clash/inside", "deep/a/b"} {
+		put(t, c, k, nil)
+	}
+	if got := strings.Join(list(t, m, im, ""), ","); got != "bad,clash,deep,ok.txt,x" {
+		t.Fatalf("root lists %s", got)
+	}
+	if got := strings.Join(list(t, m, im, "bad"), ","); got != "" {
+		t.Fatalf("bad/ lists %q; the empty segment must be skipped", got)
+	}
+	if got := strings.Join(list(t, m, im, "x"), ","); got != "fine" {
+		t.Fatalf("x/ lists %q", got)
+	}
+	if got := strings.Join(list(t, m, im, "clash"), ","); got != "inside" {
+		t.Fatalf("clash/ lists %q", got)
+	}
+	st := im.Stats()
+	// "./dot", 256-byte name, "clash" object at the root; "bad//" and
+	// "x/../" in their directories.
+	if st.Failures != 5 {
+		t.Fatalf("counted %d import failures (samples %v), want 5", st.Failures, st.Samples)
+	}
+	// Listing again does not count (or log) the same keys twice as new
+	// samples, and the rest still lists.
+	if len(st.Samples) != 5 {
+		t.Fatalf("samples %v", st.Samples)
+	}
+}
+
+func TestListingPagesPastAThousandKeys(t *testing.T) {
+	c := fakeStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, c, nil)
+	for i := 0; i < 1234; i++ {
+		put(t, c, fmt.Sprintf("d/k%05d", i), nil)
+	}
+	if n := len(list(t, m, im, "d")); n != 1234 {
+		t.Fatalf("listed %d entries, want 1234", n)
+	}
+}
+
+func TestAttributesComeFromS3fsMetadataOrDefaults(t *testing.T) {
+	lm := time.Unix(1600000000, 0)
+	tests := []struct {
+		name      string
+		md        map[string]string
+		dir       bool
+		wantMode  uint32
+		wantUid   uint32
+		wantMtime int64
+	}{
+		{"no metadata file", nil, false, syscall.S_IFREG | 0o644, 0, lm.UnixNano()},
+		{"no metadata dir", nil, true, syscall.S_IFDIR | 0o755, 0, lm.UnixNano()},
+		{"s3fs file", map[string]string{"mode": "33261", "uid": "1000", "mtime": "1700000000"}, false, syscall.S_IFREG | 0o755, 1000, 1700000000e9},
+		{"bare permission bits", map[string]string{"mode": "416"}, false, syscall.S_IFREG | 0o640, 0, lm.UnixNano()},
+		{"nanosecond mtime wins", map[string]string{"mtime": "1", "bucketfs-mtime": "1700000000123456789"}, false, syscall.S_IFREG | 0o644, 0, 1700000000123456789},
+		{"garbage", map[string]string{"mode": "rwx", "uid": "-1", "mtime": "soon"}, false, syscall.S_IFREG | 0o644, 0, lm.UnixNano()},
+		{"directory mode on a plain key", map[string]string{"mode": fmt.Sprint(syscall.S_IFDIR | 0o700)}, false, syscall.S_IFREG | 0o700, 0, lm.UnixNano()},
+		{"symlink", map[string]string{"mode": fmt.Sprint(syscall.S_IFLNK | 0o777)}, false, syscall.S_IFLNK | 0o777, 0, lm.UnixNano()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mode, uid, _, _, mtime := attrsFromMetadata(tc.md, lm, tc.dir)
+			if mode != tc.wantMode || uid != tc.wantUid || mtime != tc.wantMtime {
+				t.Fatalf("got mode %o uid %d mtime %d, want %o %d %d", mode, uid, mtime, tc.wantMode, tc.wantUid, tc.wantMtime)
+			}
+		})
+	}
+	// What the exporter writes reads back the same.
+	in := meta.Inode{Mode: syscall.S_IFCHR | 0o600, Uid: 7, Gid: 8, Rdev: 0x0103, Mtime: 1700000000987654321}
+	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in), lm, false)
+	if mode != in.Mode || uid != 7 || gid != 8 || rdev != in.Rdev || mtime != in.Mtime {
+		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d", mode, uid, gid, rdev, mtime)
+	}
+}
