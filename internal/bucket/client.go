@@ -12,10 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/middleware"
 )
 
 const (
@@ -23,8 +25,7 @@ const (
 	defaultOpTimeout   = 30 * time.Second
 	defaultMaxAttempts = 8
 
-	// Full-jitter exponential backoff between attempts: a random delay in
-	// [0, min(backoffCap, backoffBase<<attempt)).
+	// Full-jitter exponential backoff between attempts (see fullJitter).
 	backoffBase = 100 * time.Millisecond
 	backoffCap  = 5 * time.Second
 
@@ -93,13 +94,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.maxAttempts = defaultMaxAttempts
 	}
 
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConns = 4 * maxIdleConnsPerHost
-	transport.MaxIdleConnsPerHost = maxIdleConnsPerHost
-	httpClient := &http.Client{Transport: &countingTransport{next: transport, stats: &c.stats}}
+	// A BuildableClient (rather than a plain http.Client) lets the config
+	// loader apply AWS_CA_BUNDLE and friends to the transport.
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = 4 * maxIdleConnsPerHost
+		tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	})
 
 	opts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
+		config.WithAPIOptions([]func(*middleware.Stack) error{c.stats.countRequests}),
 		config.WithRetryer(func() aws.Retryer {
 			return &countingRetryer{
 				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
@@ -139,11 +143,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // fullJitter is the backoff before retry number attempt (1 for the first
-// retry).
+// retry): a random delay below min(backoffCap, backoffBase * 2^(attempt-1)).
 func fullJitter(attempt int, _ error) (time.Duration, error) {
 	ceiling := backoffCap
-	if attempt < 16 {
-		ceiling = min(backoffCap, backoffBase<<attempt)
+	if attempt >= 1 && attempt < 16 {
+		ceiling = min(backoffCap, backoffBase<<(attempt-1))
 	}
 	return rand.N(ceiling), nil
 }

@@ -185,9 +185,11 @@ func TestReadAtResumesATransferThatBreaksOff(t *testing.T) {
 	var broken atomic.Int64
 	proxy := startFaultyProxy(t, srv.Endpoint, &faultyProxy{
 		truncate: func(n int64, r *http.Request) int64 {
-			// Break the first ranged GET after 1000 bytes.
+			// Break the first ranged GET after 20,000 bytes: enough that
+			// the proxy has flushed the headers and some data (were
+			// nothing sent, net/http would quietly retry the GET itself).
 			if r.Method == http.MethodGet && r.Header.Get("Range") != "" && broken.CompareAndSwap(0, n) {
-				return 1000
+				return 20_000
 			}
 			return -1
 		},

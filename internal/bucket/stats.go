@@ -1,7 +1,7 @@
 package bucket
 
 import (
-	"net/http"
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -92,16 +92,17 @@ func kindOfOperation(name string) requestKind {
 	return kindOther
 }
 
-// countingTransport counts every HTTP request the SDK sends, by the S3
-// operation it belongs to (the SDK keeps the name in the request context).
-type countingTransport struct {
-	next  http.RoundTripper
-	stats *counters
-}
-
-func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	t.stats.requests[kindOfOperation(middleware.GetOperationName(req.Context()))].Add(1)
-	return t.next.RoundTrip(req)
+// countRequests adds a step to an SDK operation stack that counts every
+// attempt, by operation: it sits at the end of the finalize step, after the
+// retry loop, so it runs once per HTTP request sent.
+func (s *counters) countRequests(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("bucketfsCountRequests",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+			middleware.FinalizeOutput, middleware.Metadata, error,
+		) {
+			s.requests[kindOfOperation(middleware.GetOperationName(ctx))].Add(1)
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
 }
 
 // countingRetryer is the SDK's retryer with a count of the retries it

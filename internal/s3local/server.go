@@ -31,6 +31,10 @@ const (
 	maxConnections = 4096
 	maxRequests    = 1024
 
+	// maxCopySize is S3's limit on the source of CopyObject and the range
+	// of UploadPartCopy.
+	maxCopySize = 5 << 30
+
 	// bindAttempts bounds how often Start retries when the free port it
 	// picked was taken by someone else before the server could bind it.
 	bindAttempts = 10
@@ -147,6 +151,10 @@ func start(ctx context.Context, cfg Config, dir string, creds rootCredentials) (
 	}
 	be, err := posix.New(filepath.Join(dir, "data"), meta.XattrMeta{}, posix.PosixOpts{
 		VersioningDir: filepath.Join(dir, "versions"),
+		// Documented to default to 5 GiB, but only versitygw's CLI applies
+		// that default: left at zero, every CopyObject and UploadPartCopy
+		// fails with "copy source is larger than the maximum allowable size".
+		CopyObjectThreshold: maxCopySize,
 	})
 	if err != nil {
 		_ = os.Chdir(prevWD)

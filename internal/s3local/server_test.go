@@ -173,22 +173,27 @@ func TestEnvFileHasTheFiveSettingsAndMode0600(t *testing.T) {
 	}
 }
 
-// eventLog collects events from OnEvent for a test to poll.
+// eventLog collects events from OnEvent for a test to wait on.
 type eventLog struct {
-	mu     sync.Mutex
-	events []Event
+	mu      sync.Mutex
+	events  []Event
+	changed chan struct{} // closed and replaced on every event
 }
+
+func newEventLog() *eventLog { return &eventLog{changed: make(chan struct{})} }
 
 func (l *eventLog) add(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, e)
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
-// waitFor polls until an event matching ok arrives or the deadline passes.
+// waitFor returns the first event matching ok, waiting up to a deadline.
 func (l *eventLog) waitFor(t *testing.T, what string, ok func(Event) bool) Event {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.After(5 * time.Second)
 	for {
 		l.mu.Lock()
 		for _, e := range l.events {
@@ -197,17 +202,18 @@ func (l *eventLog) waitFor(t *testing.T, what string, ok func(Event) bool) Event
 				return e
 			}
 		}
-		seen := append([]Event(nil), l.events...)
+		seen, changed := append([]Event(nil), l.events...), l.changed
 		l.mu.Unlock()
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-deadline:
 			t.Fatalf("no %s event within 5s; saw %+v", what, seen)
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
 	}
 }
 
 func TestOnEventSeesPutAndDelete(t *testing.T) {
-	var log eventLog
+	log := newEventLog()
 	s := startStore(t, Config{OnEvent: log.add})
 	ctx := context.Background()
 	c := s.client()

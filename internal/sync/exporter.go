@@ -288,6 +288,11 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
 		cur.Keys = keep
 		cur.Base = base
+		if cur.Gen == gen && base.Key != "" {
+			// The bucket now holds every byte: the tier copy is a cache
+			// that eviction may drop.
+			cur.Flags &^= meta.Local
+		}
 	})
 	if err != nil {
 		return err

@@ -62,7 +62,11 @@ func (t *Tier) refresh() {
 	for _, n := range nodes {
 		// Clear the flag first: a write racing with the stat flags again.
 		n.isStale.Store(false)
-		n.life.RLock()
+		if !n.life.TryRLock() {
+			// Being replaced or removed right now: measure next time.
+			t.markStale(n)
+			continue
+		}
 		if !n.dead {
 			var st syscall.Stat_t
 			var err error

@@ -51,7 +51,7 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 	c, err := f.WriteAt(p, off)
 	if c > 0 {
 		n.mu.Lock()
-		t.markLocked(n, off, int64(c), true)
+		n.markLocked(off, int64(c), true)
 		n.mu.Unlock()
 		t.markStale(n)
 	}
@@ -93,7 +93,7 @@ func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
 		c, err := f.WriteAt(p[g.Off-off:g.End()-off], g.Off)
 		if c > 0 {
 			n.mu.Lock()
-			t.markLocked(n, g.Off, int64(c), false)
+			n.markLocked(g.Off, int64(c), false)
 			n.mu.Unlock()
 		}
 		if err != nil {
@@ -145,7 +145,7 @@ func (t *Tier) Punch(ino uint64, off, length int64) error {
 		}
 	}
 	n.mu.Lock()
-	t.markLocked(n, off, hi-off, false)
+	n.markLocked(off, hi-off, false)
 	n.mu.Unlock()
 	return nil
 }

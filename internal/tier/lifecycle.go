@@ -46,7 +46,7 @@ func (t *Tier) create(n *inode, size int64) error {
 	}
 	n.mu.Lock()
 	n.ext, n.present, n.size = nil, 0, 0
-	t.markLocked(n, 0, size, false) // no-op for size 0
+	n.markLocked(0, size, false) // no-op for size 0
 	n.size = size
 	n.gen++
 	n.unsynced = true
@@ -63,6 +63,13 @@ func (t *Tier) create(n *inode, size int64) error {
 func (t *Tier) Init(ino uint64, size int64) error {
 	if size < 0 {
 		return opErr("init", ino, unix.EINVAL)
+	}
+	// Fast path without the inode lock, so Init on open never waits for
+	// I/O in flight on the inode.
+	if n, err := t.lookup(ino); err != nil {
+		return opErr("init", ino, err)
+	} else if n != nil {
+		return nil
 	}
 	n, _, err := t.exclusive(ino, true, size)
 	if err != nil {
@@ -177,7 +184,7 @@ func (t *Tier) truncate(n *inode, size int64) error {
 		return err
 	}
 	n.mu.Lock()
-	t.markLocked(n, old, size-old, false)
+	n.markLocked(old, size-old, false)
 	n.mu.Unlock()
 	t.markStale(n)
 	return nil

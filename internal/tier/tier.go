@@ -321,8 +321,8 @@ func (t *Tier) Missing(ino uint64, off, n int64) []Range {
 // markLocked records that [off, off+n) now holds valid data and that the
 // logical size is at least off+n. If gap is set and the write starts past the
 // old size, the bytes between are local zeros and become present too.
-// Requires n.mu.
-func (t *Tier) markLocked(st *inode, off, n int64, gap bool) {
+// Requires st.mu.
+func (st *inode) markLocked(off, n int64, gap bool) {
 	if n <= 0 {
 		return
 	}
