@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -70,6 +71,8 @@ type Client struct {
 	opTimeout   time.Duration
 	maxAttempts int
 	stats       counters
+	// headBeforeWrite is set when the store ignores conditional writes.
+	headBeforeWrite atomic.Bool
 }
 
 // New makes a Client. It does not contact the store; use CheckVersioning

@@ -45,6 +45,9 @@ func (c *Client) PutParts(ctx context.Context, key string, parts []Part, paralle
 	if parallel <= 0 {
 		parallel = defaultParallel
 	}
+	if err := c.checkCondition(ctx, key, opt); err != nil {
+		return ObjectInfo{}, err
+	}
 	op := c.startOp(ctx)
 	defer op.done()
 

@@ -300,6 +300,9 @@ func (c *Client) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	if body == nil {
 		body = bytes.NewReader(nil)
 	}
+	if err := c.checkCondition(ctx, key, opt); err != nil {
+		return ObjectInfo{}, err
+	}
 	op := c.startOp(ctx)
 	defer op.done()
 	out, err := c.s3.PutObject(op.ctx, &s3.PutObjectInput{
@@ -367,6 +370,9 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 	}
 	if dstKey == srcKey && srcVersion == "" && opt.IfMatch != "" {
 		in.CopySourceIfMatch = opt.ifMatch()
+	}
+	if err := c.checkCondition(ctx, dstKey, opt); err != nil {
+		return ObjectInfo{}, err
 	}
 	op := c.startOp(ctx)
 	defer op.done()

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,16 @@ type Config struct {
 	OpTimeout       time.Duration // bound on one bucket operation (default 30s)
 	PartSize        int64         // multipart part size (default 16 MiB)
 
+	// PollInterval is how often recently used directories are re-listed to
+	// find bucket-side changes (default 10s; negative: never).
+	PollInterval time.Duration
+	// ActiveFor is how long a directory counts as recently used (default
+	// 10 min).
+	ActiveFor time.Duration
+	// RevalidateTTL: an open compares a clean file with the bucket when it
+	// was last compared longer ago (default 5s; negative: never).
+	RevalidateTTL time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -68,8 +79,9 @@ type Engine struct {
 	Exporter *bsync.Exporter
 	FS       *vfs.FS
 
-	stop context.CancelFunc
-	wg   gosync.WaitGroup
+	stop          context.CancelFunc
+	wg            gosync.WaitGroup
+	importerReady atomic.Pointer[bsync.Importer]
 }
 
 func (c *Config) defaults() {
@@ -87,6 +99,15 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 10 * time.Second
+	}
+	if c.ActiveFor == 0 {
+		c.ActiveFor = 10 * time.Minute
+	}
+	if c.RevalidateTTL == 0 {
+		c.RevalidateTTL = 5 * time.Second
 	}
 }
 
@@ -123,7 +144,10 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
 		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout}
 	if cfg.Bucket == "" {
-		e.Store, err = s3local.Start(ctx, s3local.Config{Dir: filepath.Join(cfg.StateDir, "s3"), Listen: cfg.S3Listen})
+		// The embedded store tells the importer of every object change in
+		// process: no webhook to configure.
+		e.Store, err = s3local.Start(ctx, s3local.Config{Dir: filepath.Join(cfg.StateDir, "s3"), Listen: cfg.S3Listen,
+			OnEvent: eng.onStoreEvent})
 		if err != nil {
 			return nil, fmt.Errorf("embedded store: %w", err)
 		}
@@ -148,19 +172,56 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.Tier, err = tier.Open(cfg.TierDir, tier.Options{Capacity: cfg.TierCapacity}); err != nil {
 		return nil, err
 	}
-	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, e.log)
+	supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
+	if err != nil {
+		return nil, err
+	}
+	if !supported {
+		e.log.Warn("the store ignores conditional writes; bucketfs compares a HEAD before each write instead, " +
+			"which leaves a short window in which a concurrent S3 write can be overwritten")
+	}
+	locks := bsync.NewInodeLocks()
+	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Tier: e.Tier, Locks: locks, Logger: e.log,
+		OnChange: func(c bsync.Change) { eng.FS.Changed(c.Parent, c.Name, c.Ino) }})
+	revalidate := cfg.RevalidateTTL
+	if revalidate < 0 {
+		revalidate = 0
+	}
 	e.FS = vfs.New(e.Meta, e.Tier, e.Bucket, e.Importer, vfs.Config{
-		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize, Logger: e.log})
+		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize,
+		RevalidateTTL: revalidate, Logger: e.log})
 	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
 	e.Exporter = bsync.NewExporter(e.Meta, e.Tier, e.Bucket, e.Importer, bsync.ExporterConfig{
-		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.IsOpen, Logger: e.log})
+		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.IsOpen, Locks: locks, Logger: e.log})
 	return e, nil
 }
 
-// Start runs the exporter and tier eviction in the background until Close.
+// onStoreEvent hands an embedded-store event to the importer. Events come
+// before the importer exists (the store starts first) and are dropped then:
+// nothing is imported yet either.
+func (e *Engine) onStoreEvent(ev s3local.Event) {
+	if im := e.importerReady.Load(); im != nil && ev.Bucket == e.Store.Bucket {
+		im.Notify(ev.Key)
+	}
+}
+
+// Start runs the exporter, the importer's event workers and poller, and
+// tier eviction in the background until Close.
 func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
+	e.importerReady.Store(e.Importer)
+	e.wg.Add(2)
+	go func() {
+		defer e.wg.Done()
+		e.Importer.RunNotifications(ctx, 4)
+	}()
+	go func() {
+		defer e.wg.Done()
+		if e.cfg.PollInterval > 0 {
+			e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor)
+		}
+	}()
 	e.wg.Add(2)
 	go func() {
 		defer e.wg.Done()

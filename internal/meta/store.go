@@ -21,12 +21,14 @@ import (
 //	l<ino><parent><name>        link record (empty value)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
+//	k<object key>               the inode whose Keys hold that object key
 const (
 	pInode = 'i'
 	pEntry = 'd'
 	pLink  = 'l'
 	pXattr = 'x'
 	pQueue = 'q'
+	pKey   = 'k'
 )
 
 var (
@@ -75,6 +77,9 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		return s.format(tx)
 	})
 	if err != nil {
+		return nil, fmt.Errorf("open namespace: %w", err)
+	}
+	if err := s.bringQueueForward(ctx); err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
 	lf, err := s.Lookup(ctx, RootIno, s.LostFoundName())
@@ -153,6 +158,62 @@ func xattrPrefix(ino Ino) []byte {
 
 func queueKey(ino Ino) []byte {
 	return kv.AppendUint64([]byte{pQueue}, uint64(ino))
+}
+
+func objectKeyKey(key string) []byte { return append([]byte{pKey}, key...) }
+
+// indexKeys keeps the object-key index in step when ino's Keys change from
+// old to new.
+func indexKeys(tx kv.Txn, ino Ino, old, new []Object) error {
+	keep := map[string]bool{}
+	for _, o := range new {
+		keep[o.Key] = true
+		if err := tx.Set(objectKeyKey(o.Key), kv.AppendUint64(nil, uint64(ino))); err != nil {
+			return err
+		}
+	}
+	for _, o := range old {
+		if keep[o.Key] {
+			continue
+		}
+		v, err := tx.Get(objectKeyKey(o.Key))
+		if err != nil || len(v) != 8 || Ino(kv.Uint64(v)) != ino {
+			continue // another inode took the key meanwhile
+		}
+		if err := tx.Delete(objectKeyKey(o.Key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeyOwner returns the inode whose Keys include the object key, if any:
+// the file side's record of that object, even when the name it had is gone
+// (an unlink or rename the exporter has not carried out yet).
+func (s *Store) KeyOwner(ctx context.Context, key string) (in Inode, ok bool, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		v, err := r.Get(objectKeyKey(key))
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil
+		}
+		if err != nil || len(v) != 8 {
+			return err
+		}
+		in, err = getInode(r, Ino(kv.Uint64(v)))
+		if errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range in.Keys {
+			if k.Key == key {
+				ok = true
+			}
+		}
+		return nil
+	})
+	return in, ok, err
 }
 
 func getInode(r kv.Reader, ino Ino) (Inode, error) {

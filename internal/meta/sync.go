@@ -65,6 +65,32 @@ func (s *Store) Enqueue(ctx context.Context, ino Ino, due time.Time, keepEarlier
 	})
 }
 
+// bringQueueForward makes the export delay of this run apply to what an
+// earlier run queued: the queue records due times, so an entry queued under
+// a longer delay (or a retry backoff) would otherwise wait it out.
+func (s *Store) bringQueueForward(ctx context.Context) error {
+	limit := s.now().Add(s.exportDelay).UnixNano()
+	prefix := []byte{pQueue}
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		var late [][]byte
+		err := tx.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			if len(v) == 8 && int64(kv.Uint64(v)) > limit {
+				late = append(late, append([]byte(nil), k...))
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range late {
+			if err := tx.Set(k, kv.AppendUint64(nil, uint64(limit))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Synced records the result of reconciling ino with the bucket. fn updates
 // the sync fields (Keys, Base) of the current inode. When the inode's Gen is
 // still gen, the inode becomes clean at gen; when the queue entry still
@@ -77,7 +103,11 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		if in, err = getInode(tx, q.Ino); err != nil {
 			return err
 		}
+		oldKeys := append([]Object(nil), in.Keys...)
 		fn(&in)
+		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
+			return err
+		}
 		if in.Gen == gen {
 			in.ExportedGen = gen
 			in.Flags &^= DataDirty
@@ -118,6 +148,9 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 		}
 		if in.Nlink != 0 {
 			return fmt.Errorf("forget inode %d: %w", ino, syscall.EBUSY)
+		}
+		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
+			return err
 		}
 		if err := tx.Delete(inodeKey(ino)); err != nil {
 			return err
@@ -163,33 +196,7 @@ func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last
 			if dir == RootIno && it.Name == s.LostFoundName() {
 				continue
 			}
-			ino, err := s.allocIno(tx)
-			if err != nil {
-				return err
-			}
-			in := Inode{Ino: ino, Mode: it.Mode, Uid: it.Uid, Gid: it.Gid, Rdev: it.Rdev,
-				Nlink: 1, Size: it.Obj.Size, Atime: it.Mtime, Mtime: it.Mtime, Ctime: it.Mtime,
-				Target: it.Target}
-			if in.IsDir() {
-				in.Nlink = 2
-				in.Size = 0
-				in.Source = p.Source + it.Name + "/"
-				p.Nlink++
-				if it.Obj.Key != "" {
-					in.Keys = []Object{it.Obj}
-				}
-			} else {
-				in.Base = it.Obj
-				in.Keys = []Object{it.Obj}
-				if !in.IsRegular() {
-					in.Size = int64(len(in.Target))
-					in.Flags |= Local
-				}
-			}
-			if err := putInode(tx, &in); err != nil {
-				return err
-			}
-			if err := putEntry(tx, dir, it.Name, &in); err != nil {
+			if _, err := s.addImported(tx, &p, it); err != nil {
 				return err
 			}
 			added++

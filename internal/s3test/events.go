@@ -46,6 +46,7 @@ type EventLog struct {
 	mu      sync.Mutex
 	events  []s3local.Event
 	changed chan struct{} // closed and replaced whenever an event arrives
+	notify  func(s3local.Event)
 }
 
 // Events subscribes to the object events of bucket in the shared store
@@ -61,7 +62,22 @@ func Events(t testing.TB, bucket string) *EventLog {
 	return l
 }
 
+// Forward subscribes fn to the object events of bucket until the test
+// ends, the way the embedded store's OnEvent feeds a running bucketfs. fn
+// runs inside the store's request handler: it must not block.
+func Forward(t testing.TB, bucket string, fn func(s3local.Event)) {
+	t.Helper()
+	Store(t)
+	l := &EventLog{changed: make(chan struct{}), notify: fn}
+	hub.subscribe(bucket, l)
+	t.Cleanup(func() { hub.unsubscribe(bucket, l) })
+}
+
 func (l *EventLog) add(e s3local.Event) {
+	if l.notify != nil {
+		l.notify(e)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, e)

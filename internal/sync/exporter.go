@@ -31,6 +31,8 @@ type ExporterConfig struct {
 	// IsOpen tells whether an unlinked inode is still held open; its data
 	// must stay in the tier until the last close.
 	IsOpen func(meta.Ino) bool
+	// Locks is shared with the importer (nil: a private table).
+	Locks  *InodeLocks
 	Logger *slog.Logger
 }
 
@@ -70,6 +72,9 @@ func NewExporter(m *meta.Store, t *tier.Tier, b *bucket.Client, im *Importer, cf
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Locks == nil {
+		cfg.Locks = NewInodeLocks()
 	}
 	return &Exporter{meta: m, tier: t, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
 		attempts: map[meta.Ino]int{}, busy: map[meta.Ino]bool{}}
@@ -153,7 +158,14 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 				<-sem
 				wg.Done()
 			}()
-			if err := e.reconcile(ctx, q); err != nil {
+			err := e.reconcile(ctx, q)
+			var ce *conflictError
+			if errors.As(err, &ce) {
+				e.conflicts.Add(1)
+				e.log.Warn("export refused: the object changed in the bucket", "key", ce.key, "err", ce.err)
+				e.revalidateLater([]string{ce.key})
+			}
+			if err != nil {
 				mu.Lock()
 				failed++
 				mu.Unlock()
@@ -169,6 +181,18 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 	return failed
 }
 
+// revalidateLater has the importer compare keys with the bucket once the
+// inode lock is released.
+func (e *Exporter) revalidateLater(keys []string) {
+	for _, k := range keys {
+		go func() {
+			if err := e.importer.Revalidate(context.Background(), k); err != nil {
+				e.log.Warn("resolve export conflict", "key", k, "err", err)
+			}
+		}()
+	}
+}
+
 func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
 	e.failures.Add(1)
 	e.mu.Lock()
@@ -182,8 +206,11 @@ func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
 	}
 }
 
-// reconcile makes the bucket match one inode.
+// reconcile makes the bucket match one inode, holding the inode's lock
+// against the importer.
 func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
+	unlock := e.cfg.Locks.Lock(q.Ino)
+	defer unlock()
 	in, err := e.meta.Get(ctx, q.Ino)
 	if errors.Is(err, syscall.ENOENT) {
 		return e.meta.Forget(ctx, q.Ino)
@@ -237,7 +264,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 			// Attributes only: rewrite metadata in place where the name is
 			// already exported.
 			if old, ok := have[want[0]]; ok {
-				obj, err := e.bucket.Copy(ctx, want[0], old.Key, old.VersionID, bucket.PutOptions{Metadata: objectMetadata(in), IfMatch: old.ETag})
+				obj, err := e.bucket.Copy(ctx, want[0], old.Key, "", bucket.PutOptions{Metadata: objectMetadata(in), IfMatch: old.ETag})
 				if err != nil {
 					return e.conflictOr(want[0], err)
 				}
@@ -278,13 +305,19 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	for _, k := range want {
 		wanted[k] = true
 	}
+	var conflicts []string
 	for _, k := range in.Keys {
 		if !wanted[k.Key] {
-			if err := e.bucket.Delete(ctx, k.Key); err != nil {
-				return fmt.Errorf("delete %q: %w", k.Key, err)
+			c, err := e.deleteIfUnchanged(ctx, k)
+			if err != nil {
+				return err
+			}
+			if c != "" {
+				conflicts = append(conflicts, c)
 			}
 		}
 	}
+	defer e.revalidateLater(conflicts)
 	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
 		cur.Keys = keep
 		cur.Base = base
@@ -311,15 +344,42 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	return nil
 }
 
-// conflictOr turns a failed precondition into a counted conflict: the
-// bucket changed under us. The bucket wins; the file-side version stays
-// queued until the importer resolves it.
+// conflictError says the bucket changed key since the file side last saw
+// it; the importer resolves it (the bucket wins).
+type conflictError struct {
+	key string
+	err error
+}
+
+func (c *conflictError) Error() string { return fmt.Sprintf("export %q: conflict: %v", c.key, c.err) }
+func (c *conflictError) Unwrap() error { return c.err }
+
+// conflictOr turns a failed precondition into a conflictError.
 func (e *Exporter) conflictOr(key string, err error) error {
 	if errors.Is(err, bucket.ErrPrecondition) {
-		e.conflicts.Add(1)
-		e.log.Warn("export conflict: the object changed in the bucket", "key", key)
+		return &conflictError{key: key, err: err}
 	}
 	return fmt.Errorf("export %q: %w", key, err)
+}
+
+// deleteIfUnchanged deletes the object at k unless the bucket changed it
+// since the file side saw it. It reports a changed object as a conflict
+// for the importer, without failing the reconcile: the file side no longer
+// wants that name, and the bucket's version keeps it.
+func (e *Exporter) deleteIfUnchanged(ctx context.Context, k meta.Object) (conflict string, err error) {
+	cur, err := e.bucket.Head(ctx, k.Key, "")
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("delete %q: %w", k.Key, err)
+	case cur.ETag != k.ETag:
+		return k.Key, nil
+	}
+	if err := e.bucket.Delete(ctx, k.Key); err != nil {
+		return "", fmt.Errorf("delete %q: %w", k.Key, err)
+	}
+	return "", nil
 }
 
 func toObject(o bucket.ObjectInfo, size int64) meta.Object {
@@ -475,8 +535,8 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 	}
 	for _, k := range in.Keys {
 		if k.Key != newKey {
-			if err := e.bucket.Delete(ctx, k.Key); err != nil {
-				return fmt.Errorf("delete %q: %w", k.Key, err)
+			if _, err := e.deleteIfUnchanged(ctx, k); err != nil {
+				return err
 			}
 		}
 	}

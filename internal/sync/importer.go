@@ -13,23 +13,50 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
+	"bucketfs/internal/tier"
 )
 
 // maxSymlinkTarget bounds the body read for a symlink object.
 const maxSymlinkTarget = 4096
 
-// Importer lists directories from the bucket on first access.
+// ImporterConfig wires an Importer to the rest of the engine. Every field
+// is optional.
+type ImporterConfig struct {
+	// Tier is where cached data of a replaced version is dropped.
+	Tier *tier.Tier
+	// Locks is shared with the exporter.
+	Locks *InodeLocks
+	// OnChange hears of every name or inode an import changed, so front
+	// ends can drop what the kernel caches.
+	OnChange func(Change)
+	Logger   *slog.Logger
+}
+
+// Importer brings bucket-side state into the namespace: directory
+// listings on first access, and later changes to single keys.
 type Importer struct {
-	meta   *meta.Store
-	bucket *bucket.Client
-	log    *slog.Logger
+	meta     *meta.Store
+	bucket   *bucket.Client
+	tier     *tier.Tier
+	locks    *InodeLocks
+	onChange func(Change)
+	log      *slog.Logger
 
 	mu       gosync.Mutex
 	inflight map[meta.Ino]*listing // one listing per directory at a time
 	badKeys  map[string]bool       // keys already logged as unimportable
 
-	imported atomic.Int64
-	failures atomic.Int64
+	imported  atomic.Int64
+	failures  atomic.Int64
+	conflicts atomic.Int64
+
+	validMu gosync.Mutex
+	validAt map[meta.Ino]time.Time // last comparison of an inode with the bucket
+
+	events notifications
+	active activeDirs
+	pollMu gosync.Mutex
+	polls  PollStats
 }
 
 type listing struct {
@@ -38,23 +65,49 @@ type listing struct {
 }
 
 // NewImporter returns an importer for the namespace m backed by b.
-func NewImporter(m *meta.Store, b *bucket.Client, log *slog.Logger) *Importer {
-	if log == nil {
-		log = slog.Default()
+func NewImporter(m *meta.Store, b *bucket.Client, cfg ImporterConfig) *Importer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	return &Importer{meta: m, bucket: b, log: log, inflight: map[meta.Ino]*listing{}, badKeys: map[string]bool{}}
+	if cfg.Locks == nil {
+		cfg.Locks = NewInodeLocks()
+	}
+	return &Importer{meta: m, bucket: b, tier: cfg.Tier, locks: cfg.Locks, onChange: cfg.OnChange,
+		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, badKeys: map[string]bool{},
+		validAt: map[meta.Ino]time.Time{}}
+}
+
+// validated notes that in was just compared with the bucket.
+func (im *Importer) validated(in *meta.Inode) {
+	if in == nil {
+		return
+	}
+	im.validMu.Lock()
+	defer im.validMu.Unlock()
+	if len(im.validAt) > 100000 {
+		clear(im.validAt) // a cache, not a record: forgetting only costs a HEAD
+	}
+	im.validAt[in.Ino] = time.Now()
+}
+
+// ValidatedSince reports whether ino was compared with the bucket after t.
+func (im *Importer) ValidatedSince(ino meta.Ino, t time.Time) bool {
+	im.validMu.Lock()
+	defer im.validMu.Unlock()
+	return im.validAt[ino].After(t)
 }
 
 // ImportStats are the importer's counters.
 type ImportStats struct {
-	Imported int64    // inodes created from listings
-	Failures int64    // keys that could not be imported
-	Samples  []string // some of those keys
+	Imported  int64    // inodes created or updated from the bucket
+	Failures  int64    // keys that could not be imported
+	Conflicts int64    // names changed on both sides (file side to lost+found)
+	Samples   []string // some of those keys
 }
 
 // Stats returns the importer's counters.
 func (im *Importer) Stats() ImportStats {
-	s := ImportStats{Imported: im.imported.Load(), Failures: im.failures.Load()}
+	s := ImportStats{Imported: im.imported.Load(), Failures: im.failures.Load(), Conflicts: im.conflicts.Load()}
 	im.mu.Lock()
 	for k := range im.badKeys {
 		if len(s.Samples) == 10 {

@@ -99,7 +99,7 @@ func list(t *testing.T, m *meta.Store, im *Importer, path string) []string {
 func TestHostileKeysAreSkippedAndCountedWhileTheRestLists(t *testing.T) {
 	c := fakeStore(t)
 	m := newMeta(t)
-	im := NewImporter(m, c, nil)
+	im := NewImporter(m, c, ImporterConfig{})
 	for _, k := range []string{"ok.txt", "bad//double", "./dot", "x/../up", "x/fine",
 		strings.Repeat("n", 256), "clash", "clash/inside", "deep/a/b"} {
 		put(t, c, k, nil)
@@ -132,7 +132,7 @@ func TestHostileKeysAreSkippedAndCountedWhileTheRestLists(t *testing.T) {
 func TestListingPagesPastAThousandKeys(t *testing.T) {
 	c := fakeStore(t)
 	m := newMeta(t)
-	im := NewImporter(m, c, nil)
+	im := NewImporter(m, c, ImporterConfig{})
 	for i := 0; i < 1234; i++ {
 		put(t, c, fmt.Sprintf("d/k%05d", i), nil)
 	}

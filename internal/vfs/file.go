@@ -46,6 +46,22 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 	if err := access(c, &in, openMask(flags)); err != nil {
 		return nil, err
 	}
+	if in.IsRegular() && in.Nlink > 0 && fs.lister != nil && fs.cfg.RevalidateTTL > 0 {
+		// Close-to-open consistency with the bucket: a clean file whose
+		// object may have changed is compared before it is opened. A file
+		// already unlinked on the file side (the kernel may open one it
+		// looked up just before a rename replaced it) has no object to
+		// compare.
+		if err := fs.lister.RevalidateIfStale(ctx, &in, fs.cfg.RevalidateTTL); err != nil {
+			return nil, err
+		}
+		if in, err = fs.meta.Get(ctx, ino); err != nil {
+			return nil, err
+		}
+		if in.Nlink == 0 {
+			return nil, fmt.Errorf("inode %d was deleted in the bucket: %w", ino, syscall.ENOENT)
+		}
+	}
 	return fs.open(ctx, &in, flags)
 }
 
@@ -167,7 +183,8 @@ func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
 		return fs.tier.ReadAt(ino, p, off)
 	}
 	if in.Size < fs.cfg.DirectReadSize {
-		if err := fs.fetch(ctx, &in, h.pinned, off, int64(len(p))); err != nil {
+		// The tier caches the inode's current version: fetch from Base.
+		if err := fs.fetch(ctx, &in, in.Base, off, int64(len(p))); err != nil {
 			return 0, err
 		}
 		return fs.tier.ReadAt(ino, p, off)

@@ -32,10 +32,15 @@ type Cred struct {
 // Root is the superuser credential.
 var Root = Cred{}
 
-// Lister imports a directory's children from the bucket on first access.
+// Lister brings bucket-side state into meta (package sync's Importer).
 type Lister interface {
 	// EnsureListed returns once every child of dir is in meta.
 	EnsureListed(ctx context.Context, dir *meta.Inode) error
+	// Used notes that dir was looked into, so its listing is kept fresh.
+	Used(dir Ino)
+	// RevalidateIfStale compares a clean file with the bucket when it was
+	// last compared more than ttl ago, importing a newer version.
+	RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl time.Duration) error
 }
 
 // Config tunes an FS.
@@ -49,7 +54,10 @@ type Config struct {
 	// ReadAhead tunes the streaming reader.
 	ReadAheadChunk  int64
 	ReadAheadWindow int
-	Logger          *slog.Logger
+	// RevalidateTTL: opening a file whose attributes were compared with
+	// the bucket longer ago than this compares them again (0: never).
+	RevalidateTTL time.Duration
+	Logger        *slog.Logger
 }
 
 // FS is one mounted file system. It is safe for concurrent use.
@@ -64,6 +72,8 @@ type FS struct {
 
 	mu    sync.Mutex
 	opens map[Ino]int // open handles per inode
+
+	inv invalidators
 }
 
 // New assembles an FS.
@@ -158,11 +168,15 @@ func (fs *FS) dir(ctx context.Context, c Cred, ino Ino, mask uint32) (Attr, erro
 	if err := access(c, &d, mask); err != nil {
 		return Attr{}, err
 	}
-	if !d.Has(meta.Listed) && fs.lister != nil {
+	if fs.lister == nil {
+		return d, nil
+	}
+	if !d.Has(meta.Listed) {
 		if err := fs.lister.EnsureListed(ctx, &d); err != nil {
 			return Attr{}, fmt.Errorf("list directory %d: %w", ino, err)
 		}
 	}
+	fs.lister.Used(ino)
 	return d, nil
 }
 

@@ -4,7 +4,10 @@
 // engine's inode numbers (root is 1 in both).
 //
 // The kernel's default_permissions option is not used: vfs checks
-// permissions itself, the same way for FUSE and NFS.
+// permissions itself, the same way for FUSE and NFS. The kernel then checks
+// nothing when it walks a path through names it has cached, and its name
+// cache is shared by every user of the mount, so a name is only cached when
+// every user may search its directory (see entryTimeout).
 package fuse
 
 import (
@@ -44,6 +47,9 @@ type server struct {
 	dirs    map[uint64]*dirHandle
 	srv     *fuse.Server
 	attrTTL time.Duration
+	// shared: other users than the mounting one use the mount
+	// (allow_other), so cached names must not bypass their permissions.
+	shared bool
 }
 
 // Mount mounts fs at mountpoint and serves it until Unmount. The returned
@@ -85,6 +91,8 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	s.srv = srv
+	s.shared = mo.AllowOther
+	fs.AddInvalidator(s)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
@@ -94,6 +102,16 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 }
 
 func (s *server) String() string { return "bucketfs" }
+
+// InvalidateEntry drops the kernel's cached name (bucket-side change).
+func (s *server) InvalidateEntry(parent vfs.Ino, name string) {
+	s.srv.EntryNotify(uint64(parent), name)
+}
+
+// InvalidateInode drops the kernel's cached attributes and pages of ino.
+func (s *server) InvalidateInode(ino vfs.Ino) {
+	s.srv.InodeNotify(uint64(ino), 0, -1)
+}
 
 func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
 
@@ -130,19 +148,36 @@ func (s *server) fillAttr(a *vfs.Attr, out *fuse.Attr) {
 	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
 }
 
-func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut) {
+// entryTimeout is how long the kernel may cache names (and their absence)
+// in directory dir. The kernel resolves a cached name without asking us and
+// without checking search permission on dir, so on a shared mount a name is
+// only cached when every user may search dir.
+func (s *server) entryTimeout(ctx context.Context, dir vfs.Ino) time.Duration {
+	if !s.shared {
+		return s.opts.EntryTimeout
+	}
+	d, err := s.fs.GetAttr(ctx, dir)
+	if err != nil || d.Mode&0o111 != 0o111 {
+		return 0
+	}
+	return s.opts.EntryTimeout
+}
+
+// fillEntry describes a in out; ttl is entryTimeout of a's directory.
+func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut, ttl time.Duration) {
 	out.NodeId = uint64(a.Ino)
 	out.Generation = 1
-	out.SetEntryTimeout(s.opts.EntryTimeout)
+	out.SetEntryTimeout(ttl)
 	out.SetAttrTimeout(s.opts.AttrTimeout)
 	s.fillAttr(a, &out.Attr)
 }
 
-func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
+// entry answers a request that made or found a in directory parent.
+func (s *server) entry(ctx context.Context, parent vfs.Ino, a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
 	if err != nil {
 		return status(err)
 	}
-	s.fillEntry(&a, out)
+	s.fillEntry(&a, out, s.entryTimeout(ctx, parent))
 	return fuse.OK
 }
 
@@ -150,13 +185,16 @@ func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Lookup(ctx, cred(h), vfs.Ino(h.NodeId), name)
+	if err != nil && name == "current" {
+		println("DEBUG lookup", name, err.Error())
+	}
 	if errors.Is(err, syscall.ENOENT) {
 		// A negative entry the kernel may cache briefly.
 		out.NodeId = 0
-		out.SetEntryTimeout(s.opts.EntryTimeout)
+		out.SetEntryTimeout(s.entryTimeout(ctx, vfs.Ino(h.NodeId)))
 		return fuse.OK
 	}
-	return s.entry(a, err, out)
+	return s.entry(ctx, vfs.Ino(h.NodeId), a, err, out)
 }
 
 func (s *server) Forget(nodeid, nlookup uint64) {}
@@ -166,6 +204,7 @@ func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.A
 	defer done()
 	a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId))
 	if err != nil {
+		println("DEBUG getattr", in.NodeId, err.Error())
 		return status(err)
 	}
 	s.fillAttr(&a, &out.Attr)
@@ -217,14 +256,14 @@ func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Mknod(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
-	return s.entry(a, err, out)
+	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
 }
 
 func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Mkdir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
-	return s.entry(a, err, out)
+	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
 }
 
 func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
@@ -259,14 +298,14 @@ func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Link(ctx, cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
-	return s.entry(a, err, out)
+	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
 }
 
 func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Symlink(ctx, cred(h), vfs.Ino(h.NodeId), name, target)
-	return s.entry(a, err, out)
+	return s.entry(ctx, vfs.Ino(h.NodeId), a, err, out)
 }
 
 func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {

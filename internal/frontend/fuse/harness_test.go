@@ -48,6 +48,16 @@ type option func(*engine.Config)
 
 func withExportDelay(d time.Duration) option { return func(c *engine.Config) { c.ExportDelay = d } }
 
+// withEndpoint points the engine (not e.s3, which stays on the store) at
+// url, e.g. a proxy in front of the store.
+func withEndpoint(url string) option { return func(c *engine.Config) { c.Endpoint = url } }
+
+// withTierDir keeps tier data in dir instead of under the state directory.
+func withTierDir(dir string) option { return func(c *engine.Config) { c.TierDir = dir } }
+
+// withOpTimeout bounds each bucket operation.
+func withOpTimeout(d time.Duration) option { return func(c *engine.Config) { c.OpTimeout = d } }
+
 // newEnv mounts a new file system. The export delay defaults to 100ms so
 // that tests see exports quickly.
 func newEnv(t *testing.T, opts ...option) *env {

@@ -1,0 +1,59 @@
+package bucket
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// ProbeConditionalWrites finds out whether the store honours If-None-Match
+// on PutObject, by writing a probe object under probeDir (a directory the
+// caller never imports) twice. A store that accepts the second write
+// ignores conditions: the client then falls back to comparing a HEAD before
+// each conditional write (a small race window the store leaves open), and
+// the caller should say so once in its log.
+func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (supported bool, err error) {
+	var id [8]byte
+	rand.Read(id[:])
+	key := probeDir + "/conditional-probe-" + hex.EncodeToString(id[:])
+	opt := PutOptions{IfNoneMatch: true}
+	if _, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt); err != nil {
+		return false, fmt.Errorf("probe conditional writes: %w", err)
+	}
+	defer c.Delete(context.WithoutCancel(ctx), key)
+	_, err = c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	switch {
+	case errors.Is(err, ErrPrecondition):
+		return true, nil
+	case err == nil:
+		c.headBeforeWrite.Store(true)
+		return false, nil
+	}
+	return false, fmt.Errorf("probe conditional writes: %w", err)
+}
+
+// checkCondition emulates opt's conditions with a HEAD, for stores that
+// ignore them.
+func (c *Client) checkCondition(ctx context.Context, key string, opt PutOptions) error {
+	if !c.headBeforeWrite.Load() || (opt.IfMatch == "" && !opt.IfNoneMatch) {
+		return nil
+	}
+	cur, err := c.Head(ctx, key, "")
+	switch {
+	case errors.Is(err, ErrNotFound):
+		if opt.IfMatch != "" {
+			return fmt.Errorf("bucket: %s was deleted: %w", key, ErrPrecondition)
+		}
+		return nil
+	case err != nil:
+		return err
+	case opt.IfNoneMatch:
+		return fmt.Errorf("bucket: %s exists: %w", key, ErrPrecondition)
+	case cur.ETag != opt.IfMatch:
+		return fmt.Errorf("bucket: %s changed (etag %s, expected %s): %w", key, cur.ETag, opt.IfMatch, ErrPrecondition)
+	}
+	return nil
+}

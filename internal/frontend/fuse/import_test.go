@@ -1,0 +1,224 @@
+package fuse_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"bucketfs/internal/engine"
+	"bucketfs/internal/s3local"
+	"bucketfs/internal/s3test"
+)
+
+// withPoll sets the directory poll interval (negative: no polling).
+func withPoll(d time.Duration) option { return func(c *engine.Config) { c.PollInterval = d } }
+
+// withRevalidateTTL sets the revalidate-on-open TTL (negative: never).
+func withRevalidateTTL(d time.Duration) option { return func(c *engine.Config) { c.RevalidateTTL = d } }
+
+// forwardEvents feeds the store's object events for e's bucket to the
+// running engine, as the embedded store does for `bucketfs mount`.
+func forwardEvents(e *env) {
+	var eng atomic.Pointer[engine.Engine]
+	eng.Store(e.eng)
+	s3test.Forward(e.t, e.bucket, func(ev s3local.Event) {
+		if en := eng.Load(); en != nil {
+			en.Importer.Notify(ev.Key)
+		}
+	})
+	e.t.Cleanup(func() { eng.Store(nil) })
+}
+
+func (e *env) deleteObject(key string) {
+	e.t.Helper()
+	if _, err := e.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &e.bucket, Key: &key}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// readsAs reports whether path currently reads as want.
+func readsAs(path string, want []byte) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Equal(b, want)
+}
+
+func gone(path string) bool {
+	_, err := os.Stat(path)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// lostFound lists lost+found's names.
+func (e *env) lostFound() []string {
+	e.t.Helper()
+	ents, err := os.ReadDir(e.path(e.eng.Meta.LostFoundName()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var names []string
+	for _, d := range ents {
+		names = append(names, d.Name())
+	}
+	return names
+}
+
+func TestBucketSideChangesArriveThroughEvents(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("dir/keep", []byte("k"), nil)
+	if !readsAs(e.path("dir/keep"), []byte("k")) { // lists dir/ once
+		t.Fatal("dir/keep unreadable")
+	}
+	e.put("dir/new.txt", []byte("v1"), nil)
+	eventually(t, "a new object to appear", func() bool { return readsAs(e.path("dir/new.txt"), []byte("v1")) })
+	e.put("dir/new.txt", []byte("version two"), nil)
+	eventually(t, "an overwrite to show", func() bool { return readsAs(e.path("dir/new.txt"), []byte("version two")) })
+	e.put("dir/sub/deep.txt", []byte("deep"), nil)
+	eventually(t, "a new prefix to appear", func() bool { return readsAs(e.path("dir/sub/deep.txt"), []byte("deep")) })
+	e.deleteObject("dir/new.txt")
+	eventually(t, "a delete to show", func() bool { return gone(e.path("dir/new.txt")) })
+	if n := len(e.lostFound()); n != 0 {
+		t.Fatalf("lost+found holds %d entries without any conflict", n)
+	}
+}
+
+func TestBucketSideChangesArriveThroughPolling(t *testing.T) {
+	e := newEnv(t, withPoll(200*time.Millisecond), withRevalidateTTL(-1))
+	e.put("p/a", []byte("a"), nil)
+	if !readsAs(e.path("p/a"), []byte("a")) {
+		t.Fatal("p/a unreadable")
+	}
+	e.put("p/b", []byte("b"), nil)
+	eventually(t, "polling to find a new object", func() bool { return readsAs(e.path("p/b"), []byte("b")) })
+	e.put("p/a", []byte("a2"), nil)
+	eventually(t, "polling to find an overwrite", func() bool { return readsAs(e.path("p/a"), []byte("a2")) })
+	e.deleteObject("p/b")
+	eventually(t, "polling to find a delete", func() bool { return gone(e.path("p/b")) })
+}
+
+func TestOpenRevalidatesAStaleFile(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(time.Millisecond))
+	e.put("f", []byte("old"), nil)
+	if !readsAs(e.path("f"), []byte("old")) {
+		t.Fatal("f unreadable")
+	}
+	e.put("f", []byte("newer"), nil)
+	// No events, no polling: only the open notices. The kernel may keep
+	// the old attributes for its attribute timeout, so poll.
+	eventually(t, "open to see the new version", func() bool { return readsAs(e.path("f"), []byte("newer")) })
+}
+
+func TestWebhookAcceptsS3EventNotifications(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	e.put("w/a", []byte("a"), nil)
+	if !readsAs(e.path("w/a"), []byte("a")) {
+		t.Fatal("w/a unreadable")
+	}
+	srv := httptest.NewServer(e.eng.Importer.WebhookHandler(e.bucket, ""))
+	t.Cleanup(srv.Close)
+	e.put("w/with space+plus", []byte("s"), nil)
+	body := `{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put",` +
+		`"s3":{"bucket":{"name":"` + e.bucket + `"},"object":{"key":"w/with+space%2Bplus","size":1}}}]}`
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("webhook answered %s", resp.Status)
+	}
+	eventually(t, "the notified object", func() bool { return readsAs(e.path("w/with space+plus"), []byte("s")) })
+	for _, bad := range []string{"{", `{"Records":"x"}`} {
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("malformed notification %q answered %s", bad, resp.Status)
+		}
+	}
+}
+
+func TestConcurrentChangeMovesTheFileSideVersionToLostFound(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("c/doc.txt", []byte("base"), nil)
+	if !readsAs(e.path("c/doc.txt"), []byte("base")) {
+		t.Fatal("unreadable")
+	}
+	writeFile(t, e.path("c/doc.txt"), []byte("file side edit")) // dirty for an hour
+	e.put("c/doc.txt", []byte("bucket side edit"), nil)
+	eventually(t, "the bucket's version to win", func() bool {
+		return readsAs(e.path("c/doc.txt"), []byte("bucket side edit"))
+	})
+	lf := e.lostFound()
+	if len(lf) != 1 || !strings.HasPrefix(lf[0], "c%2Fdoc.txt.") {
+		t.Fatalf("lost+found holds %v", lf)
+	}
+	if !readsAs(e.path(e.eng.Meta.LostFoundName()+"/"+lf[0]), []byte("file side edit")) {
+		t.Fatal("the file-side version in lost+found lost its content")
+	}
+	if s := e.eng.Importer.Stats(); s.Conflicts != 1 {
+		t.Fatalf("conflicts counted %d", s.Conflicts)
+	}
+	// Nothing in lost+found reaches the bucket.
+	e.flush()
+	if b, _, _ := e.get("c/doc.txt"); string(b) != "bucket side edit" {
+		t.Fatalf("bucket holds %q after flush", b)
+	}
+
+	// A delete in the bucket of a file that is dirty on the file side.
+	e.put("c/del.txt", []byte("base"), nil)
+	eventually(t, "c/del.txt", func() bool { return readsAs(e.path("c/del.txt"), []byte("base")) })
+	writeFile(t, e.path("c/del.txt"), []byte("unexported"))
+	e.deleteObject("c/del.txt")
+	eventually(t, "the deleted file to leave", func() bool { return gone(e.path("c/del.txt")) })
+	if len(e.lostFound()) != 2 {
+		t.Fatalf("lost+found holds %v after a delete conflict", e.lostFound())
+	}
+}
+
+func TestExportThatFindsTheObjectChangedLetsTheBucketWin(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	e.put("x.txt", []byte("base"), nil)
+	e.put("y.txt", []byte("base"), nil)
+	if !readsAs(e.path("x.txt"), []byte("base")) {
+		t.Fatal("unreadable")
+	}
+	writeFile(t, e.path("x.txt"), []byte("file side"))
+	e.put("x.txt", []byte("bucket side"), nil) // no events: the export finds out
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e.eng.Exporter.Flush(ctx) // fails on the conflict, which the importer then resolves
+	eventually(t, "the bucket's version to win", func() bool { return readsAs(e.path("x.txt"), []byte("bucket side")) })
+	if b, _, _ := e.get("x.txt"); string(b) != "bucket side" {
+		t.Fatalf("the export overwrote the bucket's change: %q", b)
+	}
+	eventually(t, "lost+found to hold the file-side version", func() bool { return len(e.lostFound()) == 1 })
+
+	// Deleted on the file side while changed in the bucket: the bucket's
+	// version stays.
+	if !readsAs(e.path("y.txt"), []byte("base")) {
+		t.Fatal("y unreadable")
+	}
+	if err := os.Remove(e.path("y.txt")); err != nil {
+		t.Fatal(err)
+	}
+	e.put("y.txt", []byte("changed in bucket"), nil)
+	e.eng.Exporter.Flush(ctx)
+	if b, _, ok := e.get("y.txt"); !ok || string(b) != "changed in bucket" {
+		t.Fatalf("the file-side delete removed the bucket's newer version (%q, %v)", b, ok)
+	}
+	eventually(t, "y.txt to come back with the bucket's version", func() bool {
+		return readsAs(e.path("y.txt"), []byte("changed in bucket"))
+	})
+}

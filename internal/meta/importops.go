@@ -1,0 +1,329 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"bucketfs/internal/kv"
+)
+
+// Resolved is what a bucket key names on the file side.
+type Resolved struct {
+	// Parent is the directory that holds (or would hold) the key's last
+	// segment; zero when some directory on the way has not been listed
+	// yet, in which case its first listing will show the key as it is.
+	Parent Ino
+	Name   string
+	// Child is the inode at the name, if any.
+	Child *Inode
+	// Missing lists the directory names between the deepest existing listed
+	// directory and Name that do not exist yet (a new prefix).
+	Missing []string
+}
+
+// Resolve walks key (relative to the file system's prefix; a trailing "/"
+// names a directory marker) from the root through listed directories.
+func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err error) {
+	key = strings.TrimSuffix(key, "/")
+	parts := strings.Split(key, "/")
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		res = Resolved{}
+		dir, err := getInode(r, RootIno)
+		if err != nil {
+			return err
+		}
+		for i, name := range parts {
+			last := i == len(parts)-1
+			if !dir.Has(Listed) {
+				return nil // not imported yet: nothing to update
+			}
+			if dir.Ino == s.lostFound {
+				return nil
+			}
+			ino, err := getEntry(r, dir.Ino, name)
+			if errors.Is(err, syscall.ENOENT) {
+				res.Parent, res.Name = dir.Ino, parts[len(parts)-1]
+				res.Missing = parts[i : len(parts)-1]
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			child, err := getInode(r, ino)
+			if err != nil {
+				return err
+			}
+			if last {
+				res.Parent, res.Name, res.Child = dir.Ino, name, &child
+				return nil
+			}
+			if !child.IsDir() {
+				// A file where the key needs a directory: the key cannot be
+				// a path here.
+				return fmt.Errorf("key %q: %q is not a directory: %w", key, name, syscall.ENOTDIR)
+			}
+			dir = child
+		}
+		return nil
+	})
+	return res, err
+}
+
+// ImportObject makes the file at parent/name show obj, when the inode there
+// is still expect (by number and Gen; expect nil means no entry may exist).
+// Directories in missing are created first (implicit directories of a new
+// prefix). A replaced inode's tier data must be dropped by the caller; the
+// returned inode is the one now at the name.
+func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, err := getInode(tx, parent)
+		if err != nil {
+			return err
+		}
+		for _, d := range missing {
+			ino, err := getEntry(tx, p.Ino, d)
+			if err == nil {
+				if p, err = getInode(tx, ino); err != nil {
+					return err
+				}
+				if !p.IsDir() {
+					return syscall.ENOTDIR
+				}
+				continue
+			}
+			if !errors.Is(err, syscall.ENOENT) {
+				return err
+			}
+			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR | 0o755, Mtime: it.Mtime})
+			if err != nil {
+				return err
+			}
+			dir.Flags |= Listed // a new prefix: the object is all it holds
+			if err := putInode(tx, &dir); err != nil {
+				return err
+			}
+			if err := putInode(tx, &p); err != nil {
+				return err
+			}
+			p = dir
+		}
+		cur, err := getEntry(tx, p.Ino, name)
+		switch {
+		case err == nil && expect == nil, errors.Is(err, syscall.ENOENT) && expect != nil:
+			return fmt.Errorf("import %q: the name changed meanwhile: %w", name, syscall.EAGAIN)
+		case err != nil && !errors.Is(err, syscall.ENOENT):
+			return err
+		}
+		if expect == nil {
+			in, err = s.addImported(tx, &p, it)
+			if err != nil {
+				return err
+			}
+			return putInode(tx, &p)
+		}
+		if in, err = getInode(tx, cur); err != nil {
+			return err
+		}
+		if in.Ino != expect.Ino || in.Gen != expect.Gen {
+			return fmt.Errorf("import %q: changed on the file side meanwhile: %w", name, syscall.EAGAIN)
+		}
+		if in.IsDir() != (it.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
+			return fmt.Errorf("import %q: type changed: %w", name, syscall.EAGAIN)
+		}
+		in.Mode, in.Uid, in.Gid, in.Rdev = it.Mode, it.Uid, it.Gid, it.Rdev
+		in.Mtime, in.Ctime = it.Mtime, s.now().UnixNano()
+		in.Target = it.Target
+		if !in.IsDir() {
+			in.Size = it.Obj.Size
+			in.Base = it.Obj
+			in.Flags &^= Local | DataDirty
+			if in.Type() != syscall.S_IFREG {
+				in.Size = int64(len(in.Target))
+				in.Flags |= Local
+			}
+		}
+		oldKeys := append([]Object(nil), in.Keys...)
+		replaced := false
+		for i := range in.Keys {
+			if in.Keys[i].Key == it.Obj.Key {
+				in.Keys[i], replaced = it.Obj, true
+			}
+		}
+		if !replaced && it.Obj.Key != "" {
+			in.Keys = append(in.Keys, it.Obj)
+		}
+		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
+			return err
+		}
+		return putInode(tx, &in)
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
+	}
+	return in, nil
+}
+
+// addImported creates a child of p from it (p is updated in memory; the
+// caller writes it).
+func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
+	ino, err := s.allocIno(tx)
+	if err != nil {
+		return Inode{}, err
+	}
+	in := Inode{Ino: ino, Mode: it.Mode, Uid: it.Uid, Gid: it.Gid, Rdev: it.Rdev,
+		Nlink: 1, Size: it.Obj.Size, Atime: it.Mtime, Mtime: it.Mtime, Ctime: it.Mtime,
+		Target: it.Target}
+	if in.IsDir() {
+		in.Nlink = 2
+		in.Size = 0
+		in.Source = p.Source + it.Name + "/"
+		p.Nlink++
+		if it.Obj.Key != "" {
+			in.Keys = []Object{it.Obj}
+		}
+	} else {
+		in.Base = it.Obj
+		in.Keys = []Object{it.Obj}
+		if !in.IsRegular() {
+			in.Size = int64(len(in.Target))
+			in.Flags |= Local
+		}
+	}
+	if err := putInode(tx, &in); err != nil {
+		return Inode{}, err
+	}
+	if err := indexKeys(tx, in.Ino, nil, in.Keys); err != nil {
+		return Inode{}, err
+	}
+	return in, putEntry(tx, p.Ino, it.Name, &in)
+}
+
+// ForgetKey records that key no longer exists in the bucket for the inode
+// at parent/name, still expect (number and Gen). With unlink set the name
+// is removed as well (the object was deleted in the bucket and the file
+// side had nothing newer); otherwise only the inode's record of the key
+// goes (the file side keeps its newer version, to be exported as new).
+func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *Inode, key string, unlink bool) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, err := getInode(tx, parent)
+		if err != nil {
+			return err
+		}
+		ino, err := getEntry(tx, parent, name)
+		if err != nil {
+			return err
+		}
+		in, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if in.Ino != expect.Ino || in.Gen != expect.Gen {
+			return fmt.Errorf("forget %q: changed meanwhile: %w", key, syscall.EAGAIN)
+		}
+		var keys []Object
+		for _, k := range in.Keys {
+			if k.Key != key {
+				keys = append(keys, k)
+			}
+		}
+		if err := indexKeys(tx, in.Ino, in.Keys, keys); err != nil {
+			return err
+		}
+		in.Keys = keys
+		if !unlink {
+			return putInode(tx, &in)
+		}
+		if in.IsDir() {
+			empty, err := isEmpty(tx, in.Ino)
+			if err != nil {
+				return err
+			}
+			if !empty {
+				return putInode(tx, &in) // keep a directory that still holds things
+			}
+		}
+		if err := s.unlink(tx, &p, name, &in, in.IsDir()); err != nil {
+			return err
+		}
+		return putInode(tx, &p)
+	})
+}
+
+// MoveToLostFound moves the inode at parent/name (still expect) into the
+// lost+found directory as newName, forgetting every bucket object it stood
+// for: the bucket's version wins the name, and this one is kept only on the
+// file side.
+func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName string) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, err := getInode(tx, parent)
+		if err != nil {
+			return err
+		}
+		lf, err := getInode(tx, s.lostFound)
+		if err != nil {
+			return err
+		}
+		ino, err := getEntry(tx, parent, name)
+		if err != nil {
+			return err
+		}
+		in, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if in.Ino != expect.Ino || in.Gen != expect.Gen {
+			return fmt.Errorf("move %q to lost+found: changed meanwhile: %w", name, syscall.EAGAIN)
+		}
+		if _, err := getEntry(tx, s.lostFound, newName); err == nil {
+			return fmt.Errorf("lost+found already has %q: %w", newName, syscall.EEXIST)
+		}
+		if parent == s.lostFound {
+			return syscall.EINVAL
+		}
+		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
+			return err
+		}
+		in.Keys = nil
+		if err := s.move(tx, &p, name, &lf, newName, &in); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// LostFoundCount counts the entries in lost+found.
+func (s *Store) LostFoundCount(ctx context.Context) (n int, err error) {
+	prefix := entryPrefix(s.lostFound)
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		return r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			n++
+			return true
+		})
+	})
+	return n, err
+}
+
+// DropKey removes key from the Keys of ino: the bucket's object at key is
+// no longer this inode's to delete or replace.
+func (s *Store) DropKey(ctx context.Context, ino Ino, key string) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		var keys []Object
+		for _, k := range in.Keys {
+			if k.Key != key {
+				keys = append(keys, k)
+			}
+		}
+		if err := indexKeys(tx, ino, in.Keys, keys); err != nil {
+			return err
+		}
+		in.Keys = keys
+		return putInode(tx, &in)
+	})
+}

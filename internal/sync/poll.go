@@ -1,0 +1,200 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	gosync "sync"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/meta"
+)
+
+// activeDirs remembers which directories were used lately, so that only
+// those are re-listed.
+type activeDirs struct {
+	mu   gosync.Mutex
+	used map[meta.Ino]time.Time
+}
+
+// maxActiveDirs bounds the directories the poller watches; past it the
+// least recently used are dropped.
+const maxActiveDirs = 10000
+
+// Used notes that dir was just looked into. It is cheap enough to call on
+// every lookup and readdir.
+func (im *Importer) Used(dir meta.Ino) {
+	a := &im.active
+	now := time.Now()
+	a.mu.Lock()
+	if a.used == nil {
+		a.used = map[meta.Ino]time.Time{}
+	}
+	if len(a.used) >= maxActiveDirs {
+		var oldest meta.Ino
+		var t time.Time
+		for ino, u := range a.used {
+			if oldest == 0 || u.Before(t) {
+				oldest, t = ino, u
+			}
+		}
+		delete(a.used, oldest)
+	}
+	a.used[dir] = now
+	a.mu.Unlock()
+}
+
+// recent returns the directories used since t, forgetting older ones.
+func (a *activeDirs) recent(t time.Time) []meta.Ino {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []meta.Ino
+	for ino, u := range a.used {
+		if u.Before(t) {
+			delete(a.used, ino)
+			continue
+		}
+		out = append(out, ino)
+	}
+	return out
+}
+
+// PollStats are the poller's counters.
+type PollStats struct {
+	Rounds  int64
+	LastRun time.Time
+}
+
+// RunPoller re-lists every directory used within the last activeFor,
+// every interval, and revalidates what differs from the namespace, until
+// ctx is done. It is how changes reach a mount when the store sends no
+// events.
+func (im *Importer) RunPoller(ctx context.Context, interval, activeFor time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, dir := range im.active.recent(time.Now().Add(-activeFor)) {
+			if err := im.PollDir(ctx, dir); err != nil && ctx.Err() == nil {
+				im.log.Warn("poll directory", "ino", dir, "err", err)
+			}
+		}
+		im.pollMu.Lock()
+		im.polls.Rounds++
+		im.polls.LastRun = time.Now()
+		im.pollMu.Unlock()
+	}
+}
+
+// PollDir lists one directory's prefix and revalidates every key whose
+// object differs from what the namespace recorded: new, changed or gone.
+func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
+	d, err := im.meta.Get(ctx, dir)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !d.IsDir() || !d.Has(meta.Listed) || d.Has(meta.NoExport) {
+		return nil
+	}
+	prefix := d.Source
+	if dir != meta.RootIno && prefix == "" {
+		return nil // made on the file side and never exported
+	}
+	seen := map[string]bool{}
+	token := ""
+	for {
+		page, err := im.bucket.List(ctx, prefix, token, 1000)
+		if err != nil {
+			return fmt.Errorf("poll %q: %w", prefix, err)
+		}
+		for _, o := range page.Objects {
+			name := o.Key[len(prefix):]
+			if name == "" {
+				continue
+			}
+			seen[name] = true
+			if im.differs(ctx, dir, name, o) {
+				if err := im.Revalidate(ctx, o.Key); err != nil {
+					return err
+				}
+			}
+		}
+		for _, p := range page.Prefixes {
+			name := p[len(prefix) : len(p)-1]
+			seen[name] = true
+			if validSegment(name) != "" {
+				continue
+			}
+			if _, err := im.meta.Lookup(ctx, dir, name); errors.Is(err, syscall.ENOENT) {
+				it := meta.Imported{Name: name, Mode: defaultDirMode, Mtime: time.Now().UnixNano()}
+				if _, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it); err != nil && !errors.Is(err, syscall.EAGAIN) {
+					return err
+				}
+				im.changed(Change{Parent: dir, Name: name})
+			}
+		}
+		if !page.Truncated || page.NextToken == "" {
+			break
+		}
+		token = page.NextToken
+	}
+	// Names the bucket had and no longer lists.
+	after := ""
+	for {
+		ents, err := im.meta.ReadDir(ctx, dir, after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if seen[e.Name] || e.Type == syscall.S_IFDIR {
+				continue
+			}
+			in, err := im.meta.Get(ctx, e.Ino)
+			if err != nil {
+				continue
+			}
+			for _, k := range in.Keys {
+				if k.Key == prefix+e.Name {
+					if err := im.Revalidate(ctx, k.Key); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if len(ents) < 1000 {
+			return nil
+		}
+		after = ents[len(ents)-1].Name
+	}
+}
+
+// differs reports whether the listed object o is not what the namespace
+// holds at dir/name.
+func (im *Importer) differs(ctx context.Context, dir meta.Ino, name string, o bucket.ObjectInfo) bool {
+	in, err := im.meta.Lookup(ctx, dir, name)
+	if err != nil {
+		return true
+	}
+	for _, k := range in.Keys {
+		if k.Key == o.Key {
+			return k.ETag != o.ETag
+		}
+	}
+	return true
+}
+
+// PollStats returns the poller's counters.
+func (im *Importer) PollStats() PollStats {
+	im.pollMu.Lock()
+	defer im.pollMu.Unlock()
+	return im.polls
+}

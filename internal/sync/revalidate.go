@@ -1,0 +1,257 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/meta"
+)
+
+// Change tells a front end which cached names and data an import made
+// stale.
+type Change struct {
+	Parent meta.Ino // directory whose entry Name changed
+	Name   string
+	Ino    meta.Ino // inode whose data or attributes changed (0 if none)
+}
+
+// Revalidate brings the file side in line with the bucket for one key:
+// it asks the bucket for the key's current version and compares it with
+// what the file side last saw. A new or changed object is imported (its
+// cached tier data dropped); a deleted one is removed. Where the file side
+// has unexported changes to the same name, the bucket wins and the file
+// side's version moves to lost+found.
+//
+// Revalidate is what S3 event notifications, directory polling and
+// revalidation on open all come down to.
+func (im *Importer) Revalidate(ctx context.Context, key string) error {
+	if strings.HasSuffix(key, "/") || key == "" {
+		return nil // directory markers: directories follow their contents
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if why := validSegment(seg); why != "" {
+			im.reject(key, why)
+			return nil
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := im.revalidate(ctx, key)
+		if !errors.Is(err, syscall.EAGAIN) || attempt == 5 {
+			return err
+		}
+	}
+}
+
+func (im *Importer) revalidate(ctx context.Context, key string) error {
+	res, err := im.meta.Resolve(ctx, key)
+	if errors.Is(err, syscall.ENOTDIR) {
+		im.reject(key, "a file stands where the key needs a directory")
+		return nil
+	}
+	if err != nil || res.Parent == 0 {
+		return err // not listed yet: the first listing will see the bucket as it is
+	}
+	// The key may still belong to an inode that lost the name on the file
+	// side (an unlink or rename the exporter has not carried out yet).
+	owner, owned, err := im.meta.KeyOwner(ctx, key)
+	if err != nil {
+		return err
+	}
+	var inos []meta.Ino
+	if res.Child != nil {
+		inos = append(inos, res.Child.Ino)
+	}
+	if owned && (res.Child == nil || owner.Ino != res.Child.Ino) {
+		inos = append(inos, owner.Ino)
+	} else {
+		owned = false
+	}
+	// Lock in inode order, then re-read: the exporter may just have
+	// recorded an upload of this very key.
+	slices.Sort(inos)
+	for _, ino := range inos {
+		unlock := im.locks.Lock(ino)
+		defer unlock()
+	}
+	res2, err := im.meta.Resolve(ctx, key)
+	if err != nil || res2.Parent == 0 {
+		return err
+	}
+	if (res.Child == nil) != (res2.Child == nil) || res.Child != nil && res.Child.Ino != res2.Child.Ino {
+		return syscall.EAGAIN
+	}
+	res = res2
+	if owned {
+		if owner, owned, err = im.meta.KeyOwner(ctx, key); err != nil {
+			return err
+		}
+	}
+	head, err := im.bucket.Head(ctx, key, "")
+	exists := err == nil
+	if err != nil && !errors.Is(err, bucket.ErrNotFound) {
+		return fmt.Errorf("revalidate %q: %w", key, err)
+	}
+	im.validated(res.Child)
+	if owned && (res.Child == nil || owner.Ino != res.Child.Ino) {
+		if !exists || knownETag(&owner, key) == head.ETag {
+			return nil // the exporter will carry out the file-side change
+		}
+		// Changed in the bucket: the bucket's version keeps the name; the
+		// file side's unlink or rename must not delete it.
+		if err := im.meta.DropKey(ctx, owner.Ino, key); err != nil {
+			return err
+		}
+	}
+	child := res.Child
+	if child == nil {
+		if !exists {
+			return nil
+		}
+		it, err := im.fileItem(ctx, res.Name, head)
+		if err != nil {
+			im.reject(key, err.Error())
+			return nil
+		}
+		in, err := im.meta.ImportObject(ctx, res.Parent, res.Missing, res.Name, nil, it)
+		if err != nil {
+			return err
+		}
+		im.imported.Add(1)
+		im.changed(Change{Parent: res.Parent, Name: firstOr(res.Missing, res.Name), Ino: in.Ino})
+		return nil
+	}
+	var known meta.Object
+	for _, k := range child.Keys {
+		if k.Key == key {
+			known = k
+		}
+	}
+	if exists && known.Key != "" && known.ETag == head.ETag {
+		return nil // what the file side saw (or just exported)
+	}
+	if exists && child.IsDir() {
+		im.reject(key, "object beside a directory of the same name")
+		return nil
+	}
+	if !exists && known.Key == "" {
+		return nil // a file-side name the bucket never had
+	}
+	if child.Dirty() {
+		return im.conflict(ctx, key, res, head, exists)
+	}
+	if !exists {
+		if err := im.meta.ForgetKey(ctx, res.Parent, res.Name, child, key, true); err != nil {
+			return err
+		}
+		im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: child.Ino})
+		return nil
+	}
+	it, err := im.fileItem(ctx, res.Name, head)
+	if err != nil {
+		im.reject(key, err.Error())
+		return nil
+	}
+	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
+	if err != nil {
+		return err
+	}
+	if in.IsRegular() && im.tier != nil {
+		// Cached bytes belong to the old version.
+		if err := im.tier.Reset(uint64(in.Ino), in.Size); err != nil {
+			return err
+		}
+	}
+	im.imported.Add(1)
+	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: in.Ino})
+	return nil
+}
+
+// conflict resolves a name changed on both sides: the file side's version
+// moves to lost+found, and the bucket's version (if any) takes the name.
+func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved, head bucket.ObjectInfo, exists bool) error {
+	child := res.Child
+	lfName := lostFoundName(key, time.Now())
+	if err := im.meta.MoveToLostFound(ctx, res.Parent, res.Name, child, lfName); err != nil {
+		return err
+	}
+	im.conflicts.Add(1)
+	bucketSide := "deleted"
+	if exists {
+		bucketSide = fmt.Sprintf("etag %s version %s", head.ETag, head.VersionID)
+	}
+	im.log.Warn("conflict: the bucket wins; the file-side version is kept in lost+found",
+		"key", key, "bucket", bucketSide, "file_side_ino", child.Ino, "lost_found_name", lfName)
+	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: child.Ino})
+	if !exists {
+		return nil
+	}
+	it, err := im.fileItem(ctx, res.Name, head)
+	if err != nil {
+		im.reject(key, err.Error())
+		return nil
+	}
+	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, nil, it)
+	if err != nil {
+		return err
+	}
+	im.imported.Add(1)
+	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: in.Ino})
+	return nil
+}
+
+// lostFoundName records a key's path and the time of the conflict in one
+// file name: "a%2Fb%2Fc.txt.20261130T105500.123Z". Over-long names keep
+// their end.
+func lostFoundName(key string, t time.Time) string {
+	name := strings.ReplaceAll(strings.ReplaceAll(key, "%", "%25"), "/", "%2F") +
+		"." + t.UTC().Format("20060102T150405.000000000Z")
+	if len(name) > 255 {
+		name = name[len(name)-255:]
+	}
+	return name
+}
+
+// knownETag is the ETag in records for key, or "".
+func knownETag(in *meta.Inode, key string) string {
+	for _, k := range in.Keys {
+		if k.Key == key {
+			return k.ETag
+		}
+	}
+	return ""
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
+
+func (im *Importer) changed(c Change) {
+	if im.onChange != nil {
+		im.onChange(c)
+	}
+}
+
+// RevalidateIfStale revalidates the keys of a clean regular file unless it
+// was compared with the bucket within ttl. Dirty files are the file side's
+// to export; their conflicts surface at export.
+func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl time.Duration) error {
+	if !in.IsRegular() || in.Dirty() || len(in.Keys) == 0 || im.ValidatedSince(in.Ino, time.Now().Add(-ttl)) {
+		return nil
+	}
+	for _, k := range in.Keys {
+		if err := im.Revalidate(ctx, k.Key); err != nil {
+			return err
+		}
+	}
+	im.validated(in)
+	return nil
+}
