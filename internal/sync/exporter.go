@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	gosync "sync"
 	"sync/atomic"
 	"syscall"
@@ -113,7 +114,7 @@ func (e *Exporter) Flush(ctx context.Context) error {
 		}
 		far := time.Now().Add(100 * 365 * 24 * time.Hour)
 		failed := e.drain(ctx, far)
-		n, _, err := e.meta.QueueStats(ctx)
+		n, err := e.pending(ctx, far)
 		if err != nil {
 			return err
 		}
@@ -127,6 +128,24 @@ func (e *Exporter) Flush(ctx context.Context) error {
 			return fmt.Errorf("flush: %d exports still queued", n)
 		}
 	}
+}
+
+// pending counts the queued inodes that still have work for the bucket.
+// An unlinked file held open whose objects are deleted stays queued only
+// to be reclaimed after its last close: Flush does not wait for that.
+func (e *Exporter) pending(ctx context.Context, far time.Time) (n int, err error) {
+	queued, err := e.meta.Due(ctx, far, 1<<30)
+	if err != nil {
+		return 0, err
+	}
+	for _, q := range queued {
+		in, err := e.meta.Get(ctx, q.Ino)
+		if err == nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(q.Ino) {
+			continue
+		}
+		n++
+	}
+	return n, nil
 }
 
 // drain reconciles every inode due by now, Parallel at a time, and
@@ -403,16 +422,8 @@ func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old m
 		info, err = e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
 	case !in.IsRegular():
 		info, err = e.bucket.Put(ctx, key, bytes.NewReader(nil), 0, opt)
-	case in.Size < e.cfg.PartSize:
-		var body []byte
-		if body, err = e.readAll(ctx, in); err == nil {
-			info, err = e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
-		}
 	default:
-		var parts []bucket.Part
-		if parts, err = e.parts(ctx, in); err == nil {
-			info, err = e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
-		}
+		info, err = e.uploadFile(ctx, in, key, opt)
 	}
 	if err != nil {
 		return meta.Object{}, e.conflictOr(key, err)
@@ -425,71 +436,74 @@ func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old m
 	return toObject(info, size), nil
 }
 
-// readAll returns the file's bytes, fetching what the tier lacks.
-func (e *Exporter) readAll(ctx context.Context, in *meta.Inode) ([]byte, error) {
-	if err := e.fill(ctx, in, 0, in.Size); err != nil {
-		return nil, err
+// uploadFile uploads a snapshot of a regular file: its bytes as they were
+// at one instant, so writes during the upload never mix into the object (a
+// write meanwhile changes the inode's Gen and the file is exported again).
+// Ranges the tier does not hold come from the base version: whole parts by
+// a server-side copy, smaller pieces fetched into the snapshot.
+func (e *Exporter) uploadFile(ctx context.Context, in *meta.Inode, key string, opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+	snap, missing, err := e.tier.Snapshot(uint64(in.Ino), in.Size)
+	if err != nil {
+		return bucket.ObjectInfo{}, err
 	}
-	buf := make([]byte, in.Size)
-	n, err := e.tier.ReadAt(uint64(in.Ino), buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+	defer snap.Close()
+	if in.Size < e.cfg.PartSize {
+		if err := e.fetchInto(ctx, snap, in.Base, missing); err != nil {
+			return bucket.ObjectInfo{}, err
+		}
+		return e.bucket.Put(ctx, key, io.NewSectionReader(snap, 0, in.Size), in.Size, opt)
 	}
-	return buf[:n], nil
-}
-
-// fill fetches the missing parts of [off, off+n) from the base object.
-func (e *Exporter) fill(ctx context.Context, in *meta.Inode, off, n int64) error {
-	if in.Has(meta.Local) {
-		return nil
+	size := e.cfg.PartSize
+	for in.Size/size >= bucket.MaxParts {
+		size *= 2
 	}
-	for _, r := range e.tier.Missing(uint64(in.Ino), off, n) {
-		if r.Off >= in.Base.Size {
+	var parts []bucket.Part
+	for off := int64(0); off < in.Size; off += size {
+		n := min(size, in.Size-off)
+		gaps := clip(missing, off, n)
+		if len(gaps) == 1 && gaps[0].Len == n && off+n <= in.Base.Size {
+			parts = append(parts, bucket.Part{Off: off, Len: n, CopyKey: in.Base.Key, CopyVersion: in.Base.VersionID, CopyOff: off})
 			continue
 		}
-		l := min(r.Len, in.Base.Size-r.Off)
-		buf := make([]byte, l)
-		got, err := e.bucket.ReadAt(ctx, in.Base.Key, in.Base.VersionID, buf, r.Off)
-		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == l) {
-			return fmt.Errorf("fetch base of %d: %w", in.Ino, err)
+		if err := e.fetchInto(ctx, snap, in.Base, gaps); err != nil {
+			return bucket.ObjectInfo{}, err
 		}
-		if err := e.tier.Fill(uint64(in.Ino), buf, r.Off); err != nil {
+		parts = append(parts, bucket.Part{Off: off, Len: n, Src: snap})
+	}
+	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
+}
+
+// fetchInto copies ranges of the base object into the snapshot file.
+// Ranges past the base's end are local zeros already.
+func (e *Exporter) fetchInto(ctx context.Context, snap *os.File, base meta.Object, ranges []tier.Range) error {
+	for _, r := range ranges {
+		if r.Off >= base.Size {
+			continue
+		}
+		l := min(r.Len, base.Size-r.Off)
+		buf := make([]byte, l)
+		got, err := e.bucket.ReadAt(ctx, base.Key, base.VersionID, buf, r.Off)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == l) {
+			return fmt.Errorf("fetch base %q: %w", base.Key, err)
+		}
+		if _, err := snap.WriteAt(buf, r.Off); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// parts plans a multipart upload: ranges wholly unchanged since the base
-// version are copied server side, the others are read from the tier.
-func (e *Exporter) parts(ctx context.Context, in *meta.Inode) ([]bucket.Part, error) {
-	size := e.cfg.PartSize
-	for in.Size/size >= 10000 {
-		size *= 2
-	}
-	var parts []bucket.Part
-	for off := int64(0); off < in.Size; off += size {
-		n := min(size, in.Size-off)
-		missing := e.tier.Missing(uint64(in.Ino), off, n)
-		if !in.Has(meta.Local) && len(missing) == 1 && missing[0].Len == n && off+n <= in.Base.Size {
-			parts = append(parts, bucket.Part{Off: off, Len: n, CopyKey: in.Base.Key, CopyVersion: in.Base.VersionID, CopyOff: off})
-			continue
+// clip returns the parts of ranges inside [off, off+n).
+func clip(ranges []tier.Range, off, n int64) []tier.Range {
+	var out []tier.Range
+	for _, r := range ranges {
+		lo, hi := max(r.Off, off), min(r.Off+r.Len, off+n)
+		if lo < hi {
+			out = append(out, tier.Range{Off: lo, Len: hi - lo})
 		}
-		if err := e.fill(ctx, in, off, n); err != nil {
-			return nil, err
-		}
-		parts = append(parts, bucket.Part{Off: off, Len: n, Src: tierReader{e.tier, uint64(in.Ino)}})
 	}
-	return parts, nil
+	return out
 }
-
-// tierReader reads one inode's data from the tier.
-type tierReader struct {
-	t   *tier.Tier
-	ino uint64
-}
-
-func (r tierReader) ReadAt(p []byte, off int64) (int, error) { return r.t.ReadAt(r.ino, p, off) }
 
 // reconcileDir keeps a marker object for a directory at its current path.
 // A directory whose path changed (a rename of it or of an ancestor) first
