@@ -1,6 +1,8 @@
 // Command bucketfs serves an S3 bucket as a POSIX file system.
 //
 //	bucketfs mount [flags] MOUNTPOINT    FUSE mount, in the foreground
+//	bucketfs status [--state-dir DIR]    where sync stands
+//	bucketfs flush [--state-dir DIR] [PATH]  export now
 //	bucketfs version
 //
 // With no --bucket, bucketfs runs its embedded S3 store under the state
@@ -45,6 +47,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "mount":
 		return mount(args[1:], stdout, stderr)
+	case "status":
+		return status(args[1:], stdout, stderr)
+	case "flush":
+		return flush(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "bucketfs", version)
 		return nil
@@ -59,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   bucketfs mount [flags] MOUNTPOINT   mount a bucket (default: the embedded store) with FUSE
+  bucketfs status [--state-dir DIR] [--json]
+                                      pending exports, import lag, conflicts, tier use, S3 requests
+  bucketfs flush [--state-dir DIR] [PATH]
+                                      export PATH (or everything pending) now, without the delay
   bucketfs version
 run "bucketfs mount -h" for the flags
 `)
@@ -67,9 +77,10 @@ run "bucketfs mount -h" for the flags
 // options are the flags mount (and later serve) share.
 type options struct {
 	stateDir, bucketURL, endpoint        string
-	exportDelay                          time.Duration
+	exportDelay, pollInterval, revalTTL  time.Duration
 	importThreshold, directRead, tierCap byteSize
 	tierDir, s3Listen, logLevel          string
+	metricsListen                        string
 }
 
 func defaultStateDir() string {
@@ -95,12 +106,24 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Var(&o.tierCap, "tier-capacity", "tier size limit; clean data beyond it is evicted (0: no limit)")
 	fs.StringVar(&o.s3Listen, "s3-listen", "127.0.0.1:0", "address of the embedded S3 store")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&o.pollInterval, "poll-interval", 10*time.Second, "re-list recently used directories this often to find bucket-side changes (0: never)")
+	fs.DurationVar(&o.revalTTL, "revalidate-ttl", 5*time.Second, "compare a file with the bucket on open when last compared longer ago (0: never)")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address for Prometheus /metrics and the S3 event webhook /events (e.g. 127.0.0.1:9100)")
+}
+
+// orNever turns a flag's 0 ("never") into the engine's negative value.
+func orNever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 	cfg := engine.Config{StateDir: o.stateDir, Endpoint: o.endpoint, ExportDelay: o.exportDelay,
 		ImportThreshold: int64(o.importThreshold), DirectReadSize: int64(o.directRead),
-		TierDir: o.tierDir, TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log}
+		TierDir: o.tierDir, TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
+		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), MetricsListen: o.metricsListen}
 	if o.bucketURL != "" {
 		b, p, err := bucket.ParseURL(o.bucketURL)
 		if err != nil {
@@ -164,6 +187,9 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	if e.Store != nil {
 		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
 			e.Store.Endpoint, filepath.Join(cfg.StateDir, "s3.env"))
+	}
+	if a := e.MetricsAddr(); a != "" {
+		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
 	}
 	unmounted := make(chan struct{})
 	go func() {

@@ -183,6 +183,13 @@ func ParseURL(s string) (bucket, prefix string, err error) {
 }
 
 // String returns the client's root as s3://bucket/prefix.
+// Name is the bucket's name.
+func (c *Client) Name() string { return c.bucket }
+
+// Prefix is the key prefix the file system lives under ("" or ending in
+// "/").
+func (c *Client) Prefix() string { return c.prefix }
+
 func (c *Client) String() string { return "s3://" + c.bucket + "/" + c.prefix }
 
 // CheckVersioning returns nil if versioning is enabled on the bucket, and an

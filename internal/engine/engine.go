@@ -61,6 +61,9 @@ type Config struct {
 	// RevalidateTTL: an open compares a clean file with the bucket when it
 	// was last compared longer ago (default 5s; negative: never).
 	RevalidateTTL time.Duration
+	// MetricsListen is a TCP address for /metrics and the /events webhook
+	// ("" for none; the admin socket in the state directory serves both).
+	MetricsListen string
 
 	Logger *slog.Logger
 }
@@ -82,6 +85,7 @@ type Engine struct {
 	stop          context.CancelFunc
 	wg            gosync.WaitGroup
 	importerReady atomic.Pointer[bsync.Importer]
+	metricsAddr   string
 }
 
 func (c *Config) defaults() {
@@ -211,6 +215,25 @@ func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.importerReady.Store(e.Importer)
+	if err := e.serveAdmin(ctx, e.cfg.MetricsListen); err != nil {
+		e.log.Warn("no admin API: status and flush will not reach this process", "err", err)
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := e.saveStatus(ctx); err != nil && ctx.Err() == nil {
+					e.log.Warn("save status", "err", err)
+				}
+			}
+		}
+	}()
 	e.wg.Add(2)
 	go func() {
 		defer e.wg.Done()
@@ -268,6 +291,11 @@ func (e *Engine) Close() error {
 		e.wg.Wait()
 	}
 	var errs []error
+	if e.stop != nil {
+		if err := e.saveStatus(context.Background()); err != nil {
+			e.log.Warn("save status", "err", err)
+		}
+	}
 	if e.Tier != nil {
 		errs = append(errs, e.Tier.Close())
 	}

@@ -17,7 +17,35 @@ const (
 	mdMtime   = "mtime"
 	mdMtimeNs = "bucketfs-mtime"
 	mdRdev    = "rdev"
+	// mdOrigin names the file system, inode and generation an object was
+	// exported from, so that after a crash the exporter recognises its own
+	// unrecorded uploads, and the importer does not take them for
+	// bucket-side changes.
+	mdOrigin = "bucketfs-origin"
 )
+
+// origin is the mdOrigin value for generation gen of ino in file system
+// fsid.
+func origin(fsid string, ino meta.Ino, gen uint64) string {
+	return inodeOrigin(fsid, ino) + "/" + strconv.FormatUint(gen, 10)
+}
+
+// inodeOrigin is the part of an mdOrigin value that names the inode.
+func inodeOrigin(fsid string, ino meta.Ino) string {
+	return fsid + "/" + strconv.FormatUint(uint64(ino), 10)
+}
+
+// originOf splits an mdOrigin value into its file system and inode parts
+// and its generation.
+func originOf(md map[string]string) (inode string, gen uint64, ok bool) {
+	v := md[mdOrigin]
+	i := strings.LastIndexByte(v, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	g, err := strconv.ParseUint(v[i+1:], 10, 64)
+	return v[:i], g, err == nil
+}
 
 // Defaults for objects written by tools that record no POSIX attributes.
 const (
@@ -25,14 +53,16 @@ const (
 	defaultDirMode  = syscall.S_IFDIR | 0o755
 )
 
-// objectMetadata is the user metadata that records in's attributes.
-func objectMetadata(in *meta.Inode) map[string]string {
+// objectMetadata is the user metadata that records in's attributes and
+// where the object came from.
+func objectMetadata(in *meta.Inode, fsid string) map[string]string {
 	m := map[string]string{
 		mdMode:    strconv.FormatUint(uint64(in.Mode), 10),
 		mdUid:     strconv.FormatUint(uint64(in.Uid), 10),
 		mdGid:     strconv.FormatUint(uint64(in.Gid), 10),
 		mdMtime:   strconv.FormatInt(in.Mtime/1e9, 10),
 		mdMtimeNs: strconv.FormatInt(in.Mtime, 10),
+		mdOrigin:  origin(fsid, in.Ino, in.Gen),
 	}
 	if t := in.Type(); t == syscall.S_IFCHR || t == syscall.S_IFBLK {
 		m[mdRdev] = strconv.FormatUint(uint64(in.Rdev), 10)

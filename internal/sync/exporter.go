@@ -148,6 +148,61 @@ func (e *Exporter) pending(ctx context.Context, far time.Time) (n int, err error
 	return n, nil
 }
 
+// FlushInode exports one inode now, ignoring the quiet period, and returns
+// once the bucket has it; a conflict comes back as an error.
+func (e *Exporter) FlushInode(ctx context.Context, ino meta.Ino) error {
+	in, err := e.meta.Get(ctx, ino)
+	if err != nil {
+		return err
+	}
+	if in.IsDir() {
+		return e.Flush(ctx)
+	}
+	n, _, err := e.meta.QueueStats(ctx)
+	if err != nil || n == 0 {
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		due, err := e.meta.Due(ctx, time.Now().Add(100*365*24*time.Hour), 1<<30)
+		if err != nil {
+			return err
+		}
+		var q *meta.Queued
+		for i := range due {
+			if due[i].Ino == ino {
+				q = &due[i]
+			}
+		}
+		if q == nil {
+			return nil
+		}
+		e.mu.Lock()
+		busy := e.busy[ino]
+		if !busy {
+			e.busy[ino] = true
+		}
+		e.mu.Unlock()
+		if busy {
+			time.Sleep(10 * time.Millisecond) // the background exporter has it; wait for it
+			continue
+		}
+		err = e.reconcile(ctx, *q)
+		e.mu.Lock()
+		delete(e.busy, ino)
+		e.mu.Unlock()
+		var ce *conflictError
+		if errors.As(err, &ce) {
+			e.conflicts.Add(1)
+			e.revalidateLater([]string{ce.key})
+			return fmt.Errorf("conflict: %q changed in the bucket; the bucket's version wins and this one goes to lost+found", ce.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("flush inode %d: still queued", ino)
+}
+
 // drain reconciles every inode due by now, Parallel at a time, and
 // returns how many failed.
 func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
@@ -283,7 +338,10 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 			// Attributes only: rewrite metadata in place where the name is
 			// already exported.
 			if old, ok := have[want[0]]; ok {
-				obj, err := e.bucket.Copy(ctx, want[0], old.Key, "", bucket.PutOptions{Metadata: objectMetadata(in), IfMatch: old.ETag})
+				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid()), IfMatch: old.ETag},
+					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
+					})
 				if err != nil {
 					return e.conflictOr(want[0], err)
 				}
@@ -306,13 +364,16 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 				keep = append(keep, old)
 				continue
 			}
-			opt := bucket.PutOptions{Metadata: objectMetadata(in)}
+			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid())}
 			if exported {
 				opt.IfMatch = old.ETag
 			} else {
 				opt.IfNoneMatch = true
 			}
-			obj, err := e.bucket.Copy(ctx, k, src.Key, src.VersionID, opt)
+			obj, err := e.recover(ctx, k, in, opt,
+				func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+					return e.bucket.Copy(ctx, k, src.Key, src.VersionID, opt)
+				})
 			if err != nil {
 				return e.conflictOr(k, err)
 			}
@@ -327,7 +388,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	var conflicts []string
 	for _, k := range in.Keys {
 		if !wanted[k.Key] {
-			c, err := e.deleteIfUnchanged(ctx, k)
+			c, err := e.deleteIfUnchanged(ctx, in.Ino, k)
 			if err != nil {
 				return err
 			}
@@ -385,7 +446,12 @@ func (e *Exporter) conflictOr(key string, err error) error {
 // since the file side saw it. It reports a changed object as a conflict
 // for the importer, without failing the reconcile: the file side no longer
 // wants that name, and the bucket's version keeps it.
-func (e *Exporter) deleteIfUnchanged(ctx context.Context, k meta.Object) (conflict string, err error) {
+func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.Object) (conflict string, err error) {
+	if owner, owned, err := e.meta.KeyOwner(ctx, k.Key); err != nil {
+		return "", err
+	} else if owned && owner.Ino != ino {
+		return "", nil // another inode has exported under this name since
+	}
 	cur, err := e.bucket.Head(ctx, k.Key, "")
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
@@ -408,23 +474,23 @@ func toObject(o bucket.ObjectInfo, size int64) meta.Object {
 // upload writes the whole current content of in to key as one new object
 // version, conditional on old (the version last seen there, if any).
 func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
-	opt := bucket.PutOptions{Metadata: objectMetadata(in)}
+	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid())}
 	if old.Key != "" {
 		opt.IfMatch = old.ETag
 	} else {
 		opt.IfNoneMatch = true
 	}
-	var info bucket.ObjectInfo
-	var err error
-	switch {
-	case in.Type() == syscall.S_IFLNK:
-		body := []byte(in.Target)
-		info, err = e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
-	case !in.IsRegular():
-		info, err = e.bucket.Put(ctx, key, bytes.NewReader(nil), 0, opt)
-	default:
-		info, err = e.uploadFile(ctx, in, key, opt)
+	put := func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+		switch {
+		case in.Type() == syscall.S_IFLNK:
+			body := []byte(in.Target)
+			return e.bucket.Put(ctx, key, bytes.NewReader(body), int64(len(body)), opt)
+		case !in.IsRegular():
+			return e.bucket.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+		}
+		return e.uploadFile(ctx, in, key, opt)
 	}
+	info, err := e.recover(ctx, key, in, opt, put)
 	if err != nil {
 		return meta.Object{}, e.conflictOr(key, err)
 	}
@@ -434,6 +500,59 @@ func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old m
 		size = int64(len(in.Target))
 	}
 	return toObject(info, size), nil
+}
+
+// recover runs write (an upload or copy to key under opt's conditions) and,
+// when the condition fails, looks at what the bucket holds: an object this
+// inode exported earlier but never recorded (the process died in between)
+// is either this very generation, taken as done, or an older one, which
+// the write may replace. Anything else is a real conflict.
+func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt bucket.PutOptions,
+	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
+	info, err := write(opt)
+	for attempt := 0; attempt < 3; attempt++ {
+		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
+			return info, err
+		}
+		cur, herr := e.bucket.Head(ctx, key, "")
+		switch {
+		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "":
+			return info, err // deleted in the bucket meanwhile: a conflict
+		case errors.Is(herr, bucket.ErrNotFound):
+			// Gone since the write was refused (another inode of ours
+			// deleted its old object under this name): write as new.
+		case herr != nil:
+			return info, err
+		default:
+			owner, owned, oerr := e.meta.KeyOwner(ctx, key)
+			if oerr != nil {
+				return info, err
+			}
+			who, gen, mine := originOf(cur.Metadata)
+			mine = mine && who == inodeOrigin(e.meta.Fsid(), in.Ino)
+			switch {
+			case mine && gen == in.Gen:
+				return cur, nil // this very export, done before a crash
+			case mine:
+			case owned && owner.Ino != in.Ino && knownETag(&owner, key) == cur.ETag:
+				// Another inode of this file system held the name (it was
+				// unlinked or renamed away and not yet exported): this
+				// export replaces that object, and that inode's reconcile
+				// leaves it alone.
+			default:
+				return info, err
+			}
+			opt.IfMatch, opt.IfNoneMatch = cur.ETag, false
+		}
+		if errors.Is(herr, bucket.ErrNotFound) {
+			// Some stores (versitygw's posix backend) refuse If-None-Match
+			// on a key whose latest version is a delete marker; the HEAD
+			// just said nothing is there, so write without the condition.
+			opt.IfMatch, opt.IfNoneMatch = "", attempt == 0
+		}
+		info, err = write(opt)
+	}
+	return info, err
 }
 
 // uploadFile uploads a snapshot of a regular file: its bytes as they were
@@ -549,7 +668,7 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 	}
 	for _, k := range in.Keys {
 		if k.Key != newKey {
-			if _, err := e.deleteIfUnchanged(ctx, k); err != nil {
+			if _, err := e.deleteIfUnchanged(ctx, in.Ino, k); err != nil {
 				return err
 			}
 		}

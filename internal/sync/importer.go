@@ -52,6 +52,9 @@ type Importer struct {
 
 	validMu gosync.Mutex
 	validAt map[meta.Ino]time.Time // last comparison of an inode with the bucket
+	// unavailableAt is when revalidation last found the store unavailable
+	// (unix ns): opens do not wait for it again within the TTL.
+	unavailableAt atomic.Int64
 
 	events notifications
 	active activeDirs
@@ -60,8 +63,31 @@ type Importer struct {
 }
 
 type listing struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	prefix  string
+	started time.Time
+	objects atomic.Int64 // keys listed so far
+}
+
+// ListingProgress describes a directory listing under way.
+type ListingProgress struct {
+	Dir      meta.Ino `json:"dir"`
+	Prefix   string   `json:"prefix"`
+	Keys     int64    `json:"keys_listed"`
+	RunningS float64  `json:"running_seconds"`
+}
+
+// Listings reports the directory listings under way.
+func (im *Importer) Listings() []ListingProgress {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	var out []ListingProgress
+	for ino, l := range im.inflight {
+		out = append(out, ListingProgress{Dir: ino, Prefix: l.prefix, Keys: l.objects.Load(),
+			RunningS: time.Since(l.started).Seconds()})
+	}
+	return out
 }
 
 // NewImporter returns an importer for the namespace m backed by b.
@@ -128,12 +154,12 @@ func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
 	im.mu.Lock()
 	l, ok := im.inflight[dir.Ino]
 	if !ok {
-		l = &listing{done: make(chan struct{})}
+		l = &listing{done: make(chan struct{}), prefix: dir.Source, started: time.Now()}
 		im.inflight[dir.Ino] = l
 		go func() {
 			// The listing outlives one caller's cancellation: others may
 			// wait for it, and a finished page is never wasted.
-			l.err = im.list(context.WithoutCancel(ctx), dir.Ino, dir.Source)
+			l.err = im.list(context.WithoutCancel(ctx), dir.Ino, dir.Source, &l.objects)
 			im.mu.Lock()
 			delete(im.inflight, dir.Ino)
 			im.mu.Unlock()
@@ -150,7 +176,7 @@ func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
 }
 
 // list reads every page of prefix and adds what it finds to dir.
-func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string) error {
+func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progress *atomic.Int64) error {
 	// Collect the whole listing first: an object "x" and a prefix "x/"
 	// may arrive on different pages, and the directory must win.
 	var objs []bucket.ObjectInfo
@@ -162,6 +188,7 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string) error
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
 		objs = append(objs, page.Objects...)
+		progress.Add(int64(len(page.Objects) + len(page.Prefixes)))
 		for _, p := range page.Prefixes {
 			dirs[p] = true
 		}
@@ -197,7 +224,11 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string) error
 		}
 		candidates = append(candidates, o)
 	}
-	items = append(items, im.fileItems(ctx, prefix, candidates)...)
+	files, err := im.fileItems(ctx, prefix, candidates)
+	if err != nil {
+		return err
+	}
+	items = append(items, files...)
 	const batch = 1000
 	for start := 0; ; start += batch {
 		end := min(start+batch, len(items))
@@ -217,10 +248,13 @@ const headParallel = 32
 
 // fileItems turns objects into non-directory children. Listings carry no
 // user metadata, so each object's attributes come from a HEAD, run in
-// parallel. Objects that fail are counted and skipped.
-func (im *Importer) fileItems(ctx context.Context, prefix string, objs []bucket.ObjectInfo) []meta.Imported {
+// parallel. An object deleted meanwhile is left out; one that cannot be a
+// file is counted and left out; a store error fails the whole listing, so
+// that the directory is listed again rather than shown incomplete.
+func (im *Importer) fileItems(ctx context.Context, prefix string, objs []bucket.ObjectInfo) ([]meta.Imported, error) {
 	out := make([]meta.Imported, len(objs))
 	ok := make([]bool, len(objs))
+	errs := make([]error, len(objs))
 	sem := make(chan struct{}, headParallel)
 	var wg gosync.WaitGroup
 	for i := range objs {
@@ -228,37 +262,50 @@ func (im *Importer) fileItems(ctx context.Context, prefix string, objs []bucket.
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			it, err := im.fileItem(ctx, objs[i].Key[len(prefix):], objs[i])
-			if err != nil {
+			it, err := im.fileItem(ctx, objs[i].Key[len(prefix):], objs[i], false)
+			switch {
+			case errors.Is(err, bucket.ErrNotFound):
+			case errors.Is(err, errNotAFile):
 				im.reject(objs[i].Key, err.Error())
-				return
+			case err != nil:
+				errs[i] = err
+			default:
+				out[i], ok[i] = it, true
 			}
-			out[i], ok[i] = it, true
 		}()
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	items := out[:0]
 	for i := range out {
 		if ok[i] {
 			items = append(items, out[i])
 		}
 	}
-	return items
+	return items, nil
 }
 
-// fileItem turns one object into a non-directory child.
-func (im *Importer) fileItem(ctx context.Context, name string, o bucket.ObjectInfo) (meta.Imported, error) {
-	h, err := im.bucket.Head(ctx, o.Key, "")
-	if err != nil {
-		return meta.Imported{}, fmt.Errorf("head: %w", err)
+// errNotAFile marks objects that cannot be imported as files.
+var errNotAFile = errors.New("cannot be a file")
+
+// fileItem turns one object into a non-directory child, asking the bucket
+// for its metadata unless o came from a HEAD already.
+func (im *Importer) fileItem(ctx context.Context, name string, o bucket.ObjectInfo, headed bool) (meta.Imported, error) {
+	if !headed {
+		h, err := im.bucket.Head(ctx, o.Key, "")
+		if err != nil {
+			return meta.Imported{}, fmt.Errorf("head %q: %w", o.Key, err)
+		}
+		o = h
 	}
-	o = h
 	mode, uid, gid, rdev, mtime := attrsFromMetadata(o.Metadata, o.LastModified, false)
 	it := meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Rdev: rdev, Mtime: mtime,
 		Obj: meta.Object{Key: o.Key, ETag: o.ETag, VersionID: o.VersionID, Size: o.Size}}
 	if mode&syscall.S_IFMT == syscall.S_IFLNK {
 		if o.Size <= 0 || o.Size > maxSymlinkTarget {
-			return meta.Imported{}, errors.New("symlink object with a bad size")
+			return meta.Imported{}, fmt.Errorf("symlink object with a bad size: %w", errNotAFile)
 		}
 		body, _, err := im.bucket.Get(ctx, o.Key, o.VersionID, 0, -1)
 		if err != nil {

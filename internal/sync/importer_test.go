@@ -170,7 +170,7 @@ func TestAttributesComeFromS3fsMetadataOrDefaults(t *testing.T) {
 	}
 	// What the exporter writes reads back the same.
 	in := meta.Inode{Mode: syscall.S_IFCHR | 0o600, Uid: 7, Gid: 8, Rdev: 0x0103, Mtime: 1700000000987654321}
-	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in), lm, false)
+	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in, "fs"), lm, false)
 	if mode != in.Mode || uid != 7 || gid != 8 || rdev != in.Rdev || mtime != in.Mtime {
 		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d", mode, uid, gid, rdev, mtime)
 	}

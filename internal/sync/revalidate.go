@@ -113,10 +113,9 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		if !exists {
 			return nil
 		}
-		it, err := im.fileItem(ctx, res.Name, head)
+		it, err := im.fileItem(ctx, res.Name, head, true)
 		if err != nil {
-			im.reject(key, err.Error())
-			return nil
+			return im.rejectOr(key, err)
 		}
 		in, err := im.meta.ImportObject(ctx, res.Parent, res.Missing, res.Name, nil, it)
 		if err != nil {
@@ -135,6 +134,9 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	if exists && known.Key != "" && known.ETag == head.ETag {
 		return nil // what the file side saw (or just exported)
 	}
+	if who, _, ok := originOf(head.Metadata); exists && ok && who == inodeOrigin(im.meta.Fsid(), child.Ino) {
+		return nil // this inode's own export, not yet recorded: the exporter adopts it
+	}
 	if exists && child.IsDir() {
 		im.reject(key, "object beside a directory of the same name")
 		return nil
@@ -152,10 +154,9 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: child.Ino})
 		return nil
 	}
-	it, err := im.fileItem(ctx, res.Name, head)
+	it, err := im.fileItem(ctx, res.Name, head, true)
 	if err != nil {
-		im.reject(key, err.Error())
-		return nil
+		return im.rejectOr(key, err)
 	}
 	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
 	if err != nil {
@@ -191,10 +192,9 @@ func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved,
 	if !exists {
 		return nil
 	}
-	it, err := im.fileItem(ctx, res.Name, head)
+	it, err := im.fileItem(ctx, res.Name, head, true)
 	if err != nil {
-		im.reject(key, err.Error())
-		return nil
+		return im.rejectOr(key, err)
 	}
 	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, nil, it)
 	if err != nil {
@@ -215,6 +215,16 @@ func lostFoundName(key string, t time.Time) string {
 		name = name[len(name)-255:]
 	}
 	return name
+}
+
+// rejectOr counts a key that cannot be a file and returns nil, or returns
+// any other error.
+func (im *Importer) rejectOr(key string, err error) error {
+	if errors.Is(err, errNotAFile) {
+		im.reject(key, err.Error())
+		return nil
+	}
+	return err
 }
 
 // knownETag is the ETag in records for key, or "".
@@ -247,10 +257,23 @@ func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl t
 	if !in.IsRegular() || in.Dirty() || len(in.Keys) == 0 || im.ValidatedSince(in.Ino, time.Now().Add(-ttl)) {
 		return nil
 	}
+	if at := im.unavailableAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < ttl {
+		// The store was away moments ago: do not make every open wait
+		// out the operation timeout again.
+		return fmt.Errorf("revalidate inode %d: %w (still in the last %v)", in.Ino, bucket.ErrUnavailable, ttl)
+	}
 	for _, k := range in.Keys {
 		if err := im.Revalidate(ctx, k.Key); err != nil {
+			if errors.Is(err, bucket.ErrUnavailable) {
+				if im.unavailableAt.Swap(time.Now().UnixNano()) == 0 {
+					im.log.Warn("the store is unavailable: files open with what the file side has, unrevalidated", "err", err)
+				}
+			}
 			return err
 		}
+	}
+	if im.unavailableAt.Load() != 0 {
+		im.unavailableAt.Store(0) // back
 	}
 	im.validated(in)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 
+	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/readahead"
 )
@@ -52,13 +53,22 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 		// already unlinked on the file side (the kernel may open one it
 		// looked up just before a rename replaced it) has no object to
 		// compare.
+		keys := len(in.Keys)
 		if err := fs.lister.RevalidateIfStale(ctx, &in, fs.cfg.RevalidateTTL); err != nil {
-			return nil, err
+			if !errors.Is(err, bucket.ErrUnavailable) {
+				return nil, err
+			}
+			// The store is away: open what the file side has. Reading
+			// data the tier lacks fails on its own.
+			fs.log.Debug("open without revalidation: the store is unavailable", "ino", ino, "err", err)
 		}
 		if in, err = fs.meta.Get(ctx, ino); err != nil {
 			return nil, err
 		}
-		if in.Nlink == 0 {
+		// The bucket deleted it if it lost its names with its objects; a
+		// file-side unlink or rename meanwhile leaves the objects to the
+		// exporter, and the open goes ahead as it would on a local disk.
+		if in.Nlink == 0 && len(in.Keys) < keys {
 			return nil, fmt.Errorf("inode %d was deleted in the bucket: %w", ino, syscall.ENOENT)
 		}
 	}
@@ -106,7 +116,8 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 			return nil, err
 		}
 		if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
-			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil {
+			// A full tier leaves the data in the bucket; reads stream it.
+			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) {
 				return nil, err
 			}
 		}
@@ -156,19 +167,30 @@ func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n
 
 // Read reads into p at off. It returns fewer bytes only at end of file.
 func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
+	n, direct, err := h.read(ctx, p, off)
+	if direct > 0 {
+		h.fs.counters.readDirect.Add(direct)
+	}
+	h.fs.counters.readTier.Add(int64(n) - direct)
+	return n, err
+}
+
+// read serves Read and says how many of the bytes came straight from the
+// bucket.
+func (h *Handle) read(ctx context.Context, p []byte, off int64) (n int, direct int64, err error) {
 	if !h.readable {
-		return 0, syscall.EBADF
+		return 0, 0, syscall.EBADF
 	}
 	fs := h.fs
 	in, err := fs.meta.Get(ctx, h.ino)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if in.IsDir() {
-		return 0, syscall.EISDIR
+		return 0, 0, syscall.EISDIR
 	}
 	if off >= in.Size {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if rest := in.Size - off; int64(len(p)) > rest {
 		p = p[:rest]
@@ -176,18 +198,26 @@ func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
 	ino := uint64(h.ino)
 	fs.tier.Touch(ino)
 	if in.Has(meta.Local) {
-		return fs.tier.ReadAt(ino, p, off)
+		n, err := fs.tier.ReadAt(ino, p, off)
+		return n, 0, err
 	}
 	missing := fs.tier.Missing(ino, off, int64(len(p)))
 	if len(missing) == 0 {
-		return fs.tier.ReadAt(ino, p, off)
+		n, err := fs.tier.ReadAt(ino, p, off)
+		return n, 0, err
 	}
 	if in.Size < fs.cfg.DirectReadSize {
 		// The tier caches the inode's current version: fetch from Base.
-		if err := fs.fetch(ctx, &in, in.Base, off, int64(len(p))); err != nil {
-			return 0, err
+		err := fs.fetch(ctx, &in, in.Base, off, int64(len(p)))
+		if err == nil {
+			n, err := fs.tier.ReadAt(ino, p, off)
+			return n, 0, err
 		}
-		return fs.tier.ReadAt(ino, p, off)
+		if !tierFull(err) {
+			return 0, 0, err
+		}
+		// The tier cannot cache it: stream it as a large file is.
+		missing = fs.tier.Missing(ino, off, int64(len(p)))
 	}
 	// Large file: present ranges from the tier, the rest streamed from the
 	// pinned object version.
@@ -195,20 +225,26 @@ func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
 	for _, r := range missing {
 		if r.Off > pos {
 			if _, err := fs.tier.ReadAt(ino, p[pos-off:r.Off-off], pos); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		if err := h.direct(ctx, p[r.Off-off:r.Off+r.Len-off], r.Off); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		pos = r.Off + r.Len
 	}
 	if end := off + int64(len(p)); pos < end {
 		if _, err := fs.tier.ReadAt(ino, p[pos-off:], pos); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return len(p), nil
+	return len(p), direct, nil
+}
+
+// tierFull tells whether err is the tier's disk running out of space: a
+// read must not fail for that, only a write may.
+func tierFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // direct fills p from the pinned object version at off; bytes past the
@@ -266,6 +302,7 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	// The tier treats a gap between the old end and off as local zeros.
 	n, err := fs.tier.WriteAt(ino, p, off)
+	fs.counters.written.Add(int64(n))
 	if err != nil {
 		return n, err
 	}
@@ -307,6 +344,25 @@ func (h *Handle) Release(ctx context.Context) {
 		delete(fs.opens, h.ino)
 	}
 	fs.mu.Unlock()
+	if last {
+		if in, err := fs.meta.Get(ctx, h.ino); err == nil {
+			fs.reclaim(&in)
+		}
+	}
+}
+
+// reclaim frees the tier space of a file that has no name left and is not
+// open, nor known to a front end that may still open it: nothing can read
+// that data again, and the exporter needs none of it to delete the file's
+// objects. Without this a full tier would stay full until the export delay
+// has passed.
+func (fs *FS) reclaim(in *meta.Inode) {
+	if in == nil || in.Nlink != 0 || !in.IsRegular() || fs.reclaimLater(in.Ino) {
+		return
+	}
+	if err := fs.tier.Remove(uint64(in.Ino)); err != nil {
+		fs.log.Warn("free the tier data of a deleted file", "ino", in.Ino, "err", err)
+	}
 }
 
 // Fallocate implements fallocate(2) modes 0, KEEP_SIZE and

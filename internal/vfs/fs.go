@@ -71,9 +71,11 @@ type FS struct {
 	locks  locks.Table
 
 	mu    sync.Mutex
-	opens map[Ino]int // open handles per inode
+	opens map[Ino]int       // open handles per inode
+	refs  map[Ino]frontRefs // front-end references per inode (refs.go)
 
-	inv invalidators
+	inv      invalidators
+	counters counters
 }
 
 // New assembles an FS.
@@ -122,12 +124,14 @@ func Errno(err error) syscall.Errno {
 
 // GetAttr returns the attributes of ino.
 func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	fs.counters.metaOps.Add(1)
 	return fs.meta.Get(ctx, ino)
 }
 
 // Lookup finds name in directory parent, importing the directory's listing
 // from the bucket on first access.
 func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {
+	fs.counters.metaOps.Add(1)
 	p, err := fs.dir(ctx, c, parent, mayExec)
 	if err != nil {
 		return Attr{}, err

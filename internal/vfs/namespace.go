@@ -53,6 +53,7 @@ func (fs *FS) Symlink(ctx context.Context, c Cred, parent Ino, name, target stri
 }
 
 func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl meta.Inode) (Attr, error) {
+	fs.counters.metaOps.Add(1)
 	if err := validName(name); err != nil {
 		return Attr{}, err
 	}
@@ -86,6 +87,7 @@ func (fs *FS) Readlink(ctx context.Context, ino Ino) (string, error) {
 
 // Link gives ino the additional name newName in newParent.
 func (fs *FS) Link(ctx context.Context, c Cred, ino, newParent Ino, newName string) (Attr, error) {
+	fs.counters.metaOps.Add(1)
 	if err := validName(newName); err != nil {
 		return Attr{}, err
 	}
@@ -106,6 +108,7 @@ func (fs *FS) Rmdir(ctx context.Context, c Cred, parent Ino, name string) error 
 }
 
 func (fs *FS) remove(ctx context.Context, c Cred, parent Ino, name string, dir bool) error {
+	fs.counters.metaOps.Add(1)
 	if name == "." {
 		return syscall.EINVAL
 	}
@@ -128,15 +131,20 @@ func (fs *FS) remove(ctx context.Context, c Cred, parent Ino, name string, dir b
 			}
 		}
 	}
-	_, err := fs.meta.Remove(ctx, parent, name, dir, func(p, child *meta.Inode) error {
+	in, err := fs.meta.Remove(ctx, parent, name, dir, func(p, child *meta.Inode) error {
 		return mayDelete(c, p, child)
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	fs.reclaim(&in)
+	return nil
 }
 
 // Rename moves oldName in oldParent to newName in newParent (flags as in
 // renameat2: meta.RenameNoReplace, meta.RenameExchange).
 func (fs *FS) Rename(ctx context.Context, c Cred, oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) error {
+	fs.counters.metaOps.Add(1)
 	if err := validName(newName); err != nil {
 		return err
 	}
@@ -164,7 +172,7 @@ func (fs *FS) Rename(ctx context.Context, c Cred, oldParent Ino, oldName string,
 			}
 		}
 	}
-	_, err := fs.meta.Rename(ctx, oldParent, oldName, newParent, newName, flags,
+	replaced, err := fs.meta.Rename(ctx, oldParent, oldName, newParent, newName, flags,
 		func(op, np, src, dst *meta.Inode) error {
 			if err := mayDelete(c, op, src); err != nil {
 				return err
@@ -183,7 +191,11 @@ func (fs *FS) Rename(ctx context.Context, c Cred, oldParent Ino, oldName string,
 			}
 			return nil
 		})
-	return err
+	if err != nil {
+		return err
+	}
+	fs.reclaim(replaced)
+	return nil
 }
 
 // DirEntry is one entry a directory listing returns.
@@ -192,6 +204,7 @@ type DirEntry = meta.Entry
 // ReadDir lists up to limit entries of dir after the name after. It does not
 // include "." and "..": front ends add them as their protocol wants.
 func (fs *FS) ReadDir(ctx context.Context, c Cred, dir Ino, after string, limit int) ([]DirEntry, error) {
+	fs.counters.metaOps.Add(1)
 	if _, err := fs.dir(ctx, c, dir, mayRead); err != nil {
 		return nil, err
 	}

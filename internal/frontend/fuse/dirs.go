@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -60,10 +59,6 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	}
 	ctx, done := ctxOf(cancel)
 	defer done()
-	ttl := time.Duration(0)
-	if plus {
-		ttl = s.entryTimeout(ctx, d.ino)
-	}
 	off := in.Offset
 	if off == 0 {
 		// A rewind (or the first read) starts a fresh listing.
@@ -114,7 +109,8 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 			if eo == nil {
 				return fuse.OK
 			}
-			s.fillEntry(&a, eo, ttl)
+			s.fillEntry(&a, eo)
+			s.fs.Remember(a.Ino)
 		} else if !out.AddDirEntry(e) {
 			return fuse.OK
 		}

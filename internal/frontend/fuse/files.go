@@ -31,7 +31,8 @@ func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	if err != nil {
 		return status(err)
 	}
-	s.fillEntry(&a, &out.EntryOut, s.entryTimeout(ctx, vfs.Ino(in.NodeId)))
+	s.fillEntry(&a, &out.EntryOut)
+	s.fs.Remember(a.Ino)
 	out.Fh = s.addFile(h)
 	return fuse.OK
 }
@@ -41,7 +42,6 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	defer done()
 	h, err := s.fs.Open(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Flags)
 	if err != nil {
-		println("DEBUG open", in.NodeId, err.Error())
 		return status(err)
 	}
 	out.Fh = s.addFile(h)

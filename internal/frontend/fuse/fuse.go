@@ -3,11 +3,10 @@
 // one vfs call with the caller's uid and gid, and FUSE node ids are the
 // engine's inode numbers (root is 1 in both).
 //
-// The kernel's default_permissions option is not used: vfs checks
-// permissions itself, the same way for FUSE and NFS. The kernel then checks
-// nothing when it walks a path through names it has cached, and its name
-// cache is shared by every user of the mount, so a name is only cached when
-// every user may search its directory (see entryTimeout).
+// vfs checks permissions itself, the same way for FUSE and NFS. The mount
+// also uses the kernel's default_permissions: the kernel resolves names it
+// has cached without asking us, and only its own check (on the attributes
+// we gave it) covers those walks.
 package fuse
 
 import (
@@ -47,9 +46,6 @@ type server struct {
 	dirs    map[uint64]*dirHandle
 	srv     *fuse.Server
 	attrTTL time.Duration
-	// shared: other users than the mounting one use the mount
-	// (allow_other), so cached names must not bypass their permissions.
-	shared bool
 }
 
 // Mount mounts fs at mountpoint and serves it until Unmount. The returned
@@ -80,6 +76,7 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
 		EnableLocks:   true,
+		Options:       []string{"default_permissions"},
 		AllowOther:    os.Geteuid() == 0,
 		Debug:         opts.Debug,
 		// Directories of the file system may be listed by many processes;
@@ -91,7 +88,6 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	s.srv = srv
-	s.shared = mo.AllowOther
 	fs.AddInvalidator(s)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
@@ -148,26 +144,11 @@ func (s *server) fillAttr(a *vfs.Attr, out *fuse.Attr) {
 	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
 }
 
-// entryTimeout is how long the kernel may cache names (and their absence)
-// in directory dir. The kernel resolves a cached name without asking us and
-// without checking search permission on dir, so on a shared mount a name is
-// only cached when every user may search dir.
-func (s *server) entryTimeout(ctx context.Context, dir vfs.Ino) time.Duration {
-	if !s.shared {
-		return s.opts.EntryTimeout
-	}
-	d, err := s.fs.GetAttr(ctx, dir)
-	if err != nil || d.Mode&0o111 != 0o111 {
-		return 0
-	}
-	return s.opts.EntryTimeout
-}
-
-// fillEntry describes a in out; ttl is entryTimeout of a's directory.
-func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut, ttl time.Duration) {
+// fillEntry describes a in out.
+func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut) {
 	out.NodeId = uint64(a.Ino)
 	out.Generation = 1
-	out.SetEntryTimeout(ttl)
+	out.SetEntryTimeout(s.opts.EntryTimeout)
 	out.SetAttrTimeout(s.opts.AttrTimeout)
 	s.fillAttr(a, &out.Attr)
 }
@@ -177,7 +158,8 @@ func (s *server) entry(ctx context.Context, parent vfs.Ino, a vfs.Attr, err erro
 	if err != nil {
 		return status(err)
 	}
-	s.fillEntry(&a, out, s.entryTimeout(ctx, parent))
+	s.fillEntry(&a, out)
+	s.fs.Remember(a.Ino)
 	return fuse.OK
 }
 
@@ -185,26 +167,26 @@ func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Lookup(ctx, cred(h), vfs.Ino(h.NodeId), name)
-	if err != nil && name == "current" {
-		println("DEBUG lookup", name, err.Error())
-	}
 	if errors.Is(err, syscall.ENOENT) {
 		// A negative entry the kernel may cache briefly.
 		out.NodeId = 0
-		out.SetEntryTimeout(s.entryTimeout(ctx, vfs.Ino(h.NodeId)))
+		out.SetEntryTimeout(s.opts.EntryTimeout)
 		return fuse.OK
 	}
 	return s.entry(ctx, vfs.Ino(h.NodeId), a, err, out)
 }
 
-func (s *server) Forget(nodeid, nlookup uint64) {}
+// Forget: the kernel dropped nlookup of its references to nodeid (each
+// entry reply made one).
+func (s *server) Forget(nodeid, nlookup uint64) {
+	s.fs.Forget(context.Background(), vfs.Ino(nodeid), nlookup)
+}
 
 func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId))
 	if err != nil {
-		println("DEBUG getattr", in.NodeId, err.Error())
 		return status(err)
 	}
 	s.fillAttr(&a, &out.Attr)

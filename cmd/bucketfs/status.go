@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/engine"
+)
+
+// adminClient talks HTTP over the state directory's admin socket.
+func adminClient(stateDir string) *http.Client {
+	sock := engine.AdminSocket(stateDir)
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+// notRunning reports whether err means no process answers on the socket.
+func notRunning(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+func status(args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("status", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
+	asJSON := fset.Bool("json", false, "print JSON")
+	delay := fset.Duration("export-delay", 60*time.Second, "the export delay, for the age of pending exports of a stopped file system")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	var st engine.Status
+	resp, err := adminClient(*stateDir).Get("http://bucketfs/status")
+	switch {
+	case err == nil:
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("status: %s", strings.TrimSpace(string(b)))
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+	case notRunning(err):
+		if st, err = engine.OfflineStatus(ctx, *stateDir, *delay); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("status: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printStatus(stdout, &st)
+	return nil
+}
+
+func printStatus(w io.Writer, st *engine.Status) {
+	state := "stopped (figures from its last run, queue read now)"
+	if st.Running {
+		state = fmt.Sprintf("running (pid %d)", st.PID)
+	}
+	fmt.Fprintf(w, "bucketfs %s: %s\n", st.Bucket, state)
+	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
+		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
+	fmt.Fprintf(w, "  exported          %d (%s), %d failed attempts, %d refused by a bucket-side change\n",
+		st.Exported, human(st.ExportedBytes), st.ExportFailures, st.ExportConflicts)
+	fmt.Fprintf(w, "  imported          %d objects; last import lag %s; events applied %d, dropped %d, queued %d\n",
+		st.Imported, dur(st.LastImportLagS), st.EventsApplied, st.EventsDropped, st.EventsPending)
+	if !st.LastPoll.IsZero() {
+		fmt.Fprintf(w, "  last poll         %s ago\n", time.Since(st.LastPoll).Round(time.Second))
+	}
+	fmt.Fprintf(w, "  import failures   %d", st.ImportFailures)
+	if len(st.ImportFailureKeys) > 0 {
+		fmt.Fprintf(w, " (e.g. %q)", st.ImportFailureKeys)
+	}
+	fmt.Fprintln(w)
+	for _, l := range st.Listings {
+		fmt.Fprintf(w, "  listing           %q: %d keys so far, %s\n", l.Prefix, l.Keys, dur(l.RunningS))
+	}
+	fmt.Fprintf(w, "  conflicts         %d (lost+found holds %d)\n", st.ImportConflicts, st.LostFound)
+	fmt.Fprintf(w, "  tier              %s (dirty %s, clean %s)\n", human(st.TierBytes), human(st.TierDirtyBytes), human(st.TierCleanBytes))
+	fmt.Fprintf(w, "  data              read %s from the tier, %s direct; written %s; %d metadata operations\n",
+		human(st.Data.ReadTierBytes), human(st.Data.ReadDirectBytes), human(st.Data.WriteBytes), st.Data.MetadataOps)
+	s := st.S3
+	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%d retries)\n",
+		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, s.Retries)
+	fmt.Fprintf(w, "  S3 bytes          read %s, written %s\n", human(int64(s.BytesRead)), human(int64(s.BytesWritten)))
+}
+
+func dur(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+func human(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+func flush(args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("flush", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	url := "http://bucketfs/flush"
+	if fset.NArg() > 1 {
+		return errors.New("flush takes at most one PATH")
+	}
+	if fset.NArg() == 1 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(fset.Arg(0), &st); err != nil {
+			return fmt.Errorf("flush %s: %w", fset.Arg(0), err)
+		}
+		url += fmt.Sprintf("?ino=%d", st.Ino)
+	}
+	resp, err := adminClient(*stateDir).Post(url, "", nil)
+	if notRunning(err) {
+		return fmt.Errorf("no bucketfs is running on %s: pending exports go out when it starts", *stateDir)
+	}
+	if err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("flush: %s", strings.TrimSpace(string(b)))
+	}
+	fmt.Fprintln(stdout, "bucketfs: flushed; the bucket has it")
+	return nil
+}

@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"bucketfs/internal/meta"
+)
+
+// AdminSocket is the unix socket a running engine answers `bucketfs
+// status` and `bucketfs flush` on.
+func AdminSocket(stateDir string) string { return filepath.Join(stateDir, "admin.sock") }
+
+// Handler serves the admin API:
+//
+//	GET  /status          Status as JSON
+//	POST /flush[?ino=N]   export now (one inode, or everything queued)
+//	GET  /metrics         Prometheus metrics
+//	POST /events          S3 event notifications (the webhook)
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := e.Status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("POST /flush", func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		if s := r.URL.Query().Get("ino"); s != "" {
+			ino, perr := strconv.ParseUint(s, 10, 64)
+			if perr != nil {
+				http.Error(w, "bad ino", http.StatusBadRequest)
+				return
+			}
+			err = e.Exporter.FlushInode(r.Context(), meta.Ino(ino))
+		} else {
+			err = e.Exporter.Flush(r.Context())
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{e})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/events", e.Importer.WebhookHandler(e.Bucket.Name(), e.Bucket.Prefix()))
+	return mux
+}
+
+// serveAdmin answers the admin API on the state directory's socket, and on
+// listen (TCP) when set, until ctx is done.
+func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
+	sock := AdminSocket(e.cfg.StateDir)
+	os.Remove(sock) // stale: we hold the state directory's lock
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("admin socket: %w", err)
+	}
+	os.Chmod(sock, 0o600)
+	lns := []net.Listener{ln}
+	if listen != "" {
+		tl, err := net.Listen("tcp", listen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		e.metricsAddr = tl.Addr().String()
+		lns = append(lns, tl)
+	}
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	for _, l := range lns {
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				e.log.Warn("admin server", "err", err)
+			}
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		os.Remove(sock)
+	}()
+	return nil
+}
+
+// MetricsAddr is the address the metrics listener got ("" if none).
+func (e *Engine) MetricsAddr() string { return e.metricsAddr }
+
+// collector exports Status as Prometheus metrics at scrape time.
+type collector struct{ e *Engine }
+
+var (
+	mReadBytes      = prometheus.NewDesc("bucketfs_data_read_bytes_total", "Bytes read by clients, by where they were served from.", []string{"source"}, nil)
+	mWriteBytes     = prometheus.NewDesc("bucketfs_data_write_bytes_total", "Bytes written by clients.", nil, nil)
+	mMetaOps        = prometheus.NewDesc("bucketfs_metadata_operations_total", "Metadata operations (lookup, getattr, setattr, create, remove, rename, readdir, xattr).", nil, nil)
+	mTierBytes      = prometheus.NewDesc("bucketfs_tier_storage_bytes", "Bytes held in the tier, dirty (not yet exported) or clean.", []string{"state"}, nil)
+	mExportAge      = prometheus.NewDesc("bucketfs_export_age_seconds", "Age of the oldest change not yet exported.", nil, nil)
+	mImportAge      = prometheus.NewDesc("bucketfs_import_age_seconds", "Time from a change notification to its import, for the last one.", nil, nil)
+	mPending        = prometheus.NewDesc("bucketfs_pending_exports", "Inodes waiting for export.", nil, nil)
+	mLostFound      = prometheus.NewDesc("bucketfs_lost_found_files", "Entries in the lost+found directory.", nil, nil)
+	mImportFailures = prometheus.NewDesc("bucketfs_import_failures_total", "Object keys that could not be imported.", nil, nil)
+	mConflicts      = prometheus.NewDesc("bucketfs_conflicts_total", "Names changed on both sides; the file side's version went to lost+found.", nil, nil)
+	mExported       = prometheus.NewDesc("bucketfs_exports_total", "Inodes reconciled with the bucket.", nil, nil)
+	mS3Requests     = prometheus.NewDesc("bucketfs_s3_requests_total", "S3 requests sent, by type.", []string{"type"}, nil)
+	mS3Bytes        = prometheus.NewDesc("bucketfs_s3_bytes_total", "Object bytes moved, by direction.", []string{"direction"}, nil)
+)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mReadBytes, mWriteBytes, mMetaOps, mTierBytes, mExportAge, mImportAge,
+		mPending, mLostFound, mImportFailures, mConflicts, mExported, mS3Requests, mS3Bytes} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.e.Status(ctx)
+	if err != nil {
+		c.e.log.Warn("metrics", "err", err)
+		return
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter(mReadBytes, float64(st.Data.ReadTierBytes), "tier")
+	counter(mReadBytes, float64(st.Data.ReadDirectBytes), "direct")
+	counter(mWriteBytes, float64(st.Data.WriteBytes))
+	counter(mMetaOps, float64(st.Data.MetadataOps))
+	gauge(mTierBytes, float64(st.TierDirtyBytes), "dirty")
+	gauge(mTierBytes, float64(st.TierCleanBytes), "clean")
+	gauge(mExportAge, st.OldestPendingAgeS)
+	gauge(mImportAge, st.LastImportLagS)
+	gauge(mPending, float64(st.PendingExports))
+	gauge(mLostFound, float64(st.LostFound))
+	counter(mImportFailures, float64(st.ImportFailures))
+	counter(mConflicts, float64(st.ImportConflicts))
+	counter(mExported, float64(st.Exported))
+	s3 := st.S3
+	for typ, v := range map[string]uint64{"get": s3.Get, "put": s3.Put, "list": s3.List, "head": s3.Head,
+		"copy": s3.Copy, "delete": s3.Delete, "multipart": s3.Multipart, "other": s3.Other} {
+		counter(mS3Requests, float64(v), typ)
+	}
+	counter(mS3Bytes, float64(s3.BytesRead), "read")
+	counter(mS3Bytes, float64(s3.BytesWritten), "written")
+}

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/meta"
+	bsync "bucketfs/internal/sync"
+	"bucketfs/internal/vfs"
+)
+
+// Status is where sync stands, as `bucketfs status` prints it and the
+// metrics endpoint exports it.
+type Status struct {
+	Running bool      `json:"running"`
+	PID     int       `json:"pid,omitempty"`
+	Bucket  string    `json:"bucket"`
+	Taken   time.Time `json:"taken"`
+
+	PendingExports    int                     `json:"pending_exports"`
+	PendingBytes      int64                   `json:"pending_bytes"`
+	OldestPendingAgeS float64                 `json:"oldest_pending_age_seconds"`
+	ExportDelayS      float64                 `json:"export_delay_seconds"`
+	Exported          int64                   `json:"exported"`
+	ExportedBytes     int64                   `json:"exported_bytes"`
+	ExportFailures    int64                   `json:"export_failures"`
+	ExportConflicts   int64                   `json:"export_conflicts"`
+	Imported          int64                   `json:"imported"`
+	ImportFailures    int64                   `json:"import_failures"`
+	ImportFailureKeys []string                `json:"import_failure_samples,omitempty"`
+	ImportConflicts   int64                   `json:"import_conflicts"`
+	EventsApplied     int64                   `json:"events_applied"`
+	EventsDropped     int64                   `json:"events_dropped"`
+	EventsPending     int                     `json:"events_pending"`
+	LastImportLagS    float64                 `json:"last_import_lag_seconds"`
+	LastPoll          time.Time               `json:"last_poll,omitempty"`
+	Listings          []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
+	LostFound         int                     `json:"lost_found_files"`
+	TierBytes         int64                   `json:"tier_bytes"`
+	TierDirtyBytes    int64                   `json:"tier_dirty_bytes"`
+	TierCleanBytes    int64                   `json:"tier_clean_bytes"`
+	S3                bucket.Stats            `json:"s3"`
+	Data              vfs.Stats               `json:"data"`
+}
+
+// Status gathers the running engine's figures.
+func (e *Engine) Status(ctx context.Context) (Status, error) {
+	st := Status{Running: true, PID: os.Getpid(), Bucket: e.Bucket.String(), Taken: time.Now(),
+		ExportDelayS: e.cfg.ExportDelay.Seconds()}
+	if err := queueFigures(ctx, e.Meta, e.cfg.ExportDelay, &st); err != nil {
+		return st, err
+	}
+	ex := e.Exporter.Stats()
+	st.Exported, st.ExportedBytes, st.ExportFailures, st.ExportConflicts = ex.Exported, ex.Bytes, ex.Failures, ex.Conflicts
+	im := e.Importer.Stats()
+	st.Imported, st.ImportFailures, st.ImportFailureKeys, st.ImportConflicts = im.Imported, im.Failures, im.Samples, im.Conflicts
+	ev := e.Importer.EventStats()
+	st.EventsApplied, st.EventsDropped, st.EventsPending, st.LastImportLagS = ev.Applied, ev.Dropped, ev.Pending, ev.LastLag.Seconds()
+	st.LastPoll = e.Importer.PollStats().LastRun
+	st.Listings = e.Importer.Listings()
+	st.TierBytes = e.Tier.Usage()
+	st.TierCleanBytes = max(st.TierBytes-st.TierDirtyBytes, 0)
+	st.S3 = e.Bucket.Stats()
+	st.Data = e.FS.Stats()
+	return st, nil
+}
+
+// queueFigures fills the export queue and lost+found figures from meta.
+func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *Status) error {
+	n, oldest, err := m.QueueStats(ctx)
+	if err != nil {
+		return err
+	}
+	st.PendingExports = n
+	if !oldest.IsZero() {
+		// The queue holds the time an inode becomes due: its last change
+		// plus the delay.
+		st.OldestPendingAgeS = max(time.Since(oldest.Add(-delay)).Seconds(), 0)
+	}
+	due, err := m.Due(ctx, time.Now().Add(100*365*24*time.Hour), 1<<30)
+	if err != nil {
+		return err
+	}
+	st.PendingBytes = 0
+	for _, q := range due {
+		in, err := m.Get(ctx, q.Ino)
+		if err == nil && in.IsRegular() && in.Has(meta.DataDirty) {
+			st.PendingBytes += in.Size
+		}
+	}
+	st.TierDirtyBytes = st.PendingBytes
+	if st.LostFound, err = m.LostFoundCount(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// statusFile is where a running engine leaves its last figures, so that
+// status on a stopped file system can show them.
+func statusFile(stateDir string) string { return filepath.Join(stateDir, "status.json") }
+
+// saveStatus writes the current figures to the state directory.
+func (e *Engine) saveStatus(ctx context.Context) error {
+	st, err := e.Status(ctx)
+	if err != nil {
+		return err
+	}
+	st.Running = false
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statusFile(e.cfg.StateDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statusFile(e.cfg.StateDir))
+}
+
+// OfflineStatus reads the status of a file system that is not running: the
+// figures it saved last, with the export queue and lost+found read afresh
+// from its metadata. It fails if the file system is running (the caller
+// should ask the running process instead).
+func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Duration) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(statusFile(stateDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, err
+	}
+	if err == nil {
+		if err := json.Unmarshal(b, &st); err != nil {
+			return st, fmt.Errorf("read %s: %w", statusFile(stateDir), err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "meta")); err != nil {
+		return st, fmt.Errorf("no file system in %s: %w", stateDir, err)
+	}
+	lock, err := lockStateDir(stateDir)
+	if err != nil {
+		return st, err
+	}
+	defer lock.Close()
+	db, err := kv.OpenPebble(filepath.Join(stateDir, "meta"), kv.PebbleOptions{})
+	if err != nil {
+		return st, err
+	}
+	defer db.Close()
+	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: exportDelay})
+	if err != nil {
+		return st, err
+	}
+	st.Running, st.PID, st.Taken = false, 0, time.Now()
+	st.Listings = nil
+	err = queueFigures(ctx, m, exportDelay, &st)
+	st.TierCleanBytes = max(st.TierBytes-st.TierDirtyBytes, 0)
+	return st, err
+}

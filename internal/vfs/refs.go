@@ -1,0 +1,67 @@
+package vfs
+
+import "context"
+
+// A front end whose clients keep inodes by number reports those references
+// here. The FUSE kernel module keeps every inode it looked up until it
+// forgets it, and opens it by number: a lookup that raced with an unlink,
+// or with a rename over the name, opens the file afterwards. As on a local
+// disk, that open must find the file as it was, so a file whose last name
+// went keeps its data until it is neither open nor referenced.
+//
+// A lookup that reads the namespace just before such an unlink and is
+// remembered just after it still loses the race; the window is the time
+// between the two.
+
+// frontRefs is what FS.refs keeps per inode.
+type frontRefs struct {
+	n       uint64 // references the front ends hold
+	reclaim bool   // the inode lost its last name meanwhile: reclaim at the last Forget
+}
+
+// Remember records one more front-end reference to ino (a FUSE entry
+// reply: lookup, create, mknod, mkdir, symlink, link, readdirplus).
+func (fs *FS) Remember(ino Ino) {
+	fs.mu.Lock()
+	if fs.refs == nil {
+		fs.refs = map[Ino]frontRefs{}
+	}
+	r := fs.refs[ino]
+	r.n++
+	fs.refs[ino] = r
+	fs.mu.Unlock()
+}
+
+// Forget drops n front-end references to ino (a FUSE forget). When the last
+// goes, a file that lost its last name while referenced is reclaimed, unless
+// it is still open (then its last Release does it).
+func (fs *FS) Forget(ctx context.Context, ino Ino, n uint64) {
+	fs.mu.Lock()
+	r := fs.refs[ino]
+	r.n -= min(n, r.n)
+	if r.n > 0 {
+		fs.refs[ino] = r
+	} else {
+		delete(fs.refs, ino)
+	}
+	fs.mu.Unlock()
+	if r.n > 0 || !r.reclaim {
+		return
+	}
+	if in, err := fs.meta.Get(ctx, ino); err == nil {
+		fs.reclaim(&in)
+	}
+}
+
+// reclaimLater reports whether ino is open or referenced by a front end; if
+// it is referenced, its reclaim is left to the last Forget.
+func (fs *FS) reclaimLater(ino Ino) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	r, ok := fs.refs[ino]
+	if ok {
+		r.reclaim = true
+		fs.refs[ino] = r
+	}
+	return ok || fs.opens[ino] > 0
+}
