@@ -196,7 +196,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		RevalidateTTL: revalidate, Logger: e.log})
 	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
 	e.Exporter = bsync.NewExporter(e.Meta, e.Tier, e.Bucket, e.Importer, bsync.ExporterConfig{
-		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.IsOpen, Locks: locks, Logger: e.log})
+		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log})
 	return e, nil
 }
 

@@ -46,6 +46,11 @@ type Exporter struct {
 	cfg      ExporterConfig
 	log      *slog.Logger
 
+	// keys serialises writes and deletes of one object key between
+	// inodes: one inode's check-then-delete of a name must not straddle
+	// another inode's upload to it.
+	keys keyedLocks[string]
+
 	mu       gosync.Mutex
 	attempts map[meta.Ino]int // consecutive failures, for backoff
 	busy     map[meta.Ino]bool
@@ -447,6 +452,7 @@ func (e *Exporter) conflictOr(key string, err error) error {
 // for the importer, without failing the reconcile: the file side no longer
 // wants that name, and the bucket's version keeps it.
 func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.Object) (conflict string, err error) {
+	defer e.keys.Lock(k.Key)()
 	if owner, owned, err := e.meta.KeyOwner(ctx, k.Key); err != nil {
 		return "", err
 	} else if owned && owner.Ino != ino {
@@ -509,6 +515,7 @@ func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old m
 // the write may replace. Anything else is a real conflict.
 func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt bucket.PutOptions,
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
+	defer e.keys.Lock(key)()
 	info, err := write(opt)
 	for attempt := 0; attempt < 3; attempt++ {
 		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {

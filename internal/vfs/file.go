@@ -303,9 +303,13 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	// The tier treats a gap between the old end and off as local zeros.
 	n, err := fs.tier.WriteAt(ino, p, off)
 	fs.counters.written.Add(int64(n))
-	if err != nil {
-		return n, err
+	if err != nil && n == 0 {
+		return 0, err
 	}
+	// A short write (the tier's disk filled up) keeps what it wrote, as
+	// write(2) does: the size covers it, and the caller's next write meets
+	// the error. Left out of the size, those bytes would show up in a hole
+	// a later write past the end leaves.
 	end := off + int64(n)
 	now := fs.now()
 	_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {

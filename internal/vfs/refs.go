@@ -65,3 +65,12 @@ func (fs *FS) reclaimLater(ino Ino) bool {
 	}
 	return ok || fs.opens[ino] > 0
 }
+
+// InUse reports whether ino is open or still referenced by a front end,
+// which may open it by number: the exporter keeps such an unlinked inode.
+func (fs *FS) InUse(ino Ino) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	_, ref := fs.refs[ino]
+	return ref || fs.opens[ino] > 0
+}
