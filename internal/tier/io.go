@@ -1,7 +1,9 @@
 package tier
 
 import (
+	"errors"
 	"io"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +50,7 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, opErr("write", ino, err)
 	}
-	c, err := f.WriteAt(p, off)
+	c, err := pwriteAll(f, p, off)
 	if c > 0 {
 		n.mu.Lock()
 		n.markLocked(off, int64(c), true)
@@ -213,4 +215,28 @@ func (t *Tier) seek(op string, ino uint64, off int64, whence int) (int64, error)
 		return 0, opErr(op, ino, err)
 	}
 	return pos, nil
+}
+
+// pwriteAll writes p at off with pwrite(2), looping over short writes. Unlike
+// os.File.WriteAt it reports the bytes a write that ends in an error (ENOSPC)
+// did put on disk, so the caller can mark them present.
+func pwriteAll(f *os.File, p []byte, off int64) (int, error) {
+	fd := int(f.Fd())
+	done := 0
+	for done < len(p) {
+		n, err := unix.Pwrite(fd, p[done:], off+int64(done))
+		if n > 0 {
+			done += n
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return done, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+		}
+		if n == 0 {
+			return done, io.ErrShortWrite
+		}
+	}
+	return done, nil
 }

@@ -222,3 +222,31 @@ func TestExportThatFindsTheObjectChangedLetsTheBucketWin(t *testing.T) {
 		return readsAs(e.path("y.txt"), []byte("changed in bucket"))
 	})
 }
+
+func TestObjectsAddedUnderARenamedDirectorysOldPrefixAreKept(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("old/a", []byte("a"), nil)
+	if !readsAs(e.path("old/a"), []byte("a")) {
+		t.Fatal("old/a unreadable")
+	}
+	if err := os.Rename(e.path("old"), e.path("new")); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket side has not seen the rename yet; someone adds an object
+	// under the old prefix.
+	e.put("old/added", []byte("late"), nil)
+	eventually(t, "the late object under its own name", func() bool { return readsAs(e.path("old/added"), []byte("late")) })
+	if !readsAs(e.path("new/a"), []byte("a")) {
+		t.Fatal("the renamed directory lost its file")
+	}
+	e.flush()
+	for key, want := range map[string]string{"new/a": "a", "old/added": "late"} {
+		if b, _, ok := e.get(key); !ok || string(b) != want {
+			t.Fatalf("%s in the bucket: %q %v", key, b, ok)
+		}
+	}
+	if _, _, ok := e.get("old/a"); ok {
+		t.Fatal("old/a still in the bucket after the rename was exported")
+	}
+}
