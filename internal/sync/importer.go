@@ -177,69 +177,74 @@ func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
 
 // list reads every page of prefix and adds what it finds to dir.
 func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progress *atomic.Int64) error {
-	// Collect the whole listing first: an object "x" and a prefix "x/"
-	// may arrive on different pages, and the directory must win.
-	var objs []bucket.ObjectInfo
-	dirs := map[string]bool{}
+	// Pages are imported as they arrive, so memory stays bounded and
+	// progress shows. An object "x" may be followed on a later page by the
+	// prefix "x/" (keys such as "x-1" sort between them), and the directory
+	// must win: such an object is held back until the listing has passed
+	// "x/".
+	var held []bucket.ObjectInfo
 	token := ""
+	now := time.Now()
 	for {
 		page, err := im.bucket.List(ctx, prefix, token, 1000)
 		if err != nil {
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
-		objs = append(objs, page.Objects...)
 		progress.Add(int64(len(page.Objects) + len(page.Prefixes)))
+		last := !page.Truncated || page.NextToken == ""
+		var items []meta.Imported
+		dirs := map[string]bool{}
+		pos := "" // the listing has passed every key up to pos
 		for _, p := range page.Prefixes {
 			dirs[p] = true
+			pos = max(pos, p)
+			name := p[len(prefix) : len(p)-1]
+			if why := validSegment(name); why != "" {
+				im.reject(p, why)
+				continue
+			}
+			mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
+			items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})
 		}
-		if !page.Truncated || page.NextToken == "" {
-			break
+		for _, o := range page.Objects {
+			pos = max(pos, o.Key)
+			name := o.Key[len(prefix):]
+			if name == "" {
+				continue // the directory's own marker object
+			}
+			if why := validSegment(name); why != "" {
+				im.reject(o.Key, why)
+				continue
+			}
+			held = append(held, o)
 		}
-		token = page.NextToken
-	}
-	var items []meta.Imported
-	now := time.Now()
-	for p := range dirs {
-		name := p[len(prefix) : len(p)-1]
-		if why := validSegment(name); why != "" {
-			im.reject(p, why)
-			continue
+		var ready []bucket.ObjectInfo
+		kept := held[:0]
+		for _, o := range held {
+			switch {
+			case dirs[o.Key+"/"]:
+				im.reject(o.Key, "object beside a prefix of the same name")
+			case last || o.Key+"/" < pos:
+				ready = append(ready, o)
+			default:
+				kept = append(kept, o)
+			}
 		}
-		mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
-		items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})
-	}
-	var candidates []bucket.ObjectInfo
-	for _, o := range objs {
-		name := o.Key[len(prefix):]
-		if name == "" {
-			continue // the directory's own marker object
+		held = kept
+		files, err := im.fileItems(ctx, prefix, ready)
+		if err != nil {
+			return err
 		}
-		if why := validSegment(name); why != "" {
-			im.reject(o.Key, why)
-			continue
-		}
-		if dirs[o.Key+"/"] {
-			im.reject(o.Key, "object beside a prefix of the same name")
-			continue
-		}
-		candidates = append(candidates, o)
-	}
-	files, err := im.fileItems(ctx, prefix, candidates)
-	if err != nil {
-		return err
-	}
-	items = append(items, files...)
-	const batch = 1000
-	for start := 0; ; start += batch {
-		end := min(start+batch, len(items))
-		n, err := im.meta.AddImported(ctx, dir, items[start:end], end == len(items))
+		items = append(items, files...)
+		n, err := im.meta.AddImported(ctx, dir, items, last)
 		if err != nil {
 			return err
 		}
 		im.imported.Add(int64(n))
-		if end == len(items) {
+		if last {
 			return nil
 		}
+		token = page.NextToken
 	}
 }
 

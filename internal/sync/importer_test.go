@@ -175,3 +175,27 @@ func TestAttributesComeFromS3fsMetadataOrDefaults(t *testing.T) {
 		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d", mode, uid, gid, rdev, mtime)
 	}
 }
+
+func TestAnObjectBesideAPrefixOnALaterPageIsStillSkipped(t *testing.T) {
+	c := fakeStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, c, ImporterConfig{})
+	// "x-0000" to "x-1099" sort between "x" and "x/", so the prefix comes a
+	// page after the object.
+	put(t, c, "x", nil)
+	for i := 0; i < 1100; i++ {
+		put(t, c, fmt.Sprintf("x-%04d", i), nil)
+	}
+	put(t, c, "x/in", nil)
+	names := list(t, m, im, "")
+	if len(names) != 1101 || names[0] != "x" {
+		t.Fatalf("root lists %d names starting %v", len(names), names[:min(3, len(names))])
+	}
+	in, err := m.Lookup(context.Background(), meta.RootIno, "x")
+	if err != nil || !in.IsDir() {
+		t.Fatalf("x should be the directory: %v", err)
+	}
+	if f := im.Stats().Failures; f != 1 {
+		t.Fatalf("failures %d, want 1 (the object x)", f)
+	}
+}
