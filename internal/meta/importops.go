@@ -208,31 +208,13 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 // goes (the file side keeps its newer version, to be exported as new).
 func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *Inode, key string, unlink bool) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, err := getInode(tx, parent)
+		p, in, err := expectedChild(tx, parent, name, expect)
 		if err != nil {
 			return err
 		}
-		ino, err := getEntry(tx, parent, name)
-		if err != nil {
+		if err := dropKey(tx, &in, key); err != nil {
 			return err
 		}
-		in, err := getInode(tx, ino)
-		if err != nil {
-			return err
-		}
-		if in.Ino != expect.Ino || in.Gen != expect.Gen {
-			return fmt.Errorf("forget %q: changed meanwhile: %w", key, syscall.EAGAIN)
-		}
-		var keys []Object
-		for _, k := range in.Keys {
-			if k.Key != key {
-				keys = append(keys, k)
-			}
-		}
-		if err := indexKeys(tx, in.Ino, in.Keys, keys); err != nil {
-			return err
-		}
-		in.Keys = keys
 		if !unlink {
 			return putInode(tx, &in)
 		}
@@ -252,30 +234,54 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 	})
 }
 
+// expectedChild loads directory parent and its child name, which must still
+// be expect (same number and Gen); EAGAIN says it changed meanwhile.
+func expectedChild(tx kv.Txn, parent Ino, name string, expect *Inode) (p, in Inode, err error) {
+	if p, err = getInode(tx, parent); err != nil {
+		return
+	}
+	ino, err := getEntry(tx, parent, name)
+	if err != nil {
+		return
+	}
+	if in, err = getInode(tx, ino); err != nil {
+		return
+	}
+	if in.Ino != expect.Ino || in.Gen != expect.Gen {
+		err = fmt.Errorf("%q changed meanwhile: %w", name, syscall.EAGAIN)
+	}
+	return
+}
+
+// dropKey removes key from in.Keys and from the key index (in is written by
+// the caller).
+func dropKey(tx kv.Txn, in *Inode, key string) error {
+	var keys []Object
+	for _, k := range in.Keys {
+		if k.Key != key {
+			keys = append(keys, k)
+		}
+	}
+	if err := indexKeys(tx, in.Ino, in.Keys, keys); err != nil {
+		return err
+	}
+	in.Keys = keys
+	return nil
+}
+
 // MoveToLostFound moves the inode at parent/name (still expect) into the
 // lost+found directory as newName, forgetting every bucket object it stood
 // for: the bucket's version wins the name, and this one is kept only on the
 // file side.
 func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, err := getInode(tx, parent)
+		p, in, err := expectedChild(tx, parent, name, expect)
 		if err != nil {
 			return err
 		}
 		lf, err := getInode(tx, s.lostFound)
 		if err != nil {
 			return err
-		}
-		ino, err := getEntry(tx, parent, name)
-		if err != nil {
-			return err
-		}
-		in, err := getInode(tx, ino)
-		if err != nil {
-			return err
-		}
-		if in.Ino != expect.Ino || in.Gen != expect.Gen {
-			return fmt.Errorf("move %q to lost+found: changed meanwhile: %w", name, syscall.EAGAIN)
 		}
 		if _, err := getEntry(tx, s.lostFound, newName); err == nil {
 			return fmt.Errorf("lost+found already has %q: %w", newName, syscall.EEXIST)
@@ -314,16 +320,9 @@ func (s *Store) DropKey(ctx context.Context, ino Ino, key string) error {
 		if err != nil {
 			return err
 		}
-		var keys []Object
-		for _, k := range in.Keys {
-			if k.Key != key {
-				keys = append(keys, k)
-			}
-		}
-		if err := indexKeys(tx, ino, in.Keys, keys); err != nil {
+		if err := dropKey(tx, &in, key); err != nil {
 			return err
 		}
-		in.Keys = keys
 		return putInode(tx, &in)
 	})
 }
