@@ -79,11 +79,7 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 // name fails with EEXIST; otherwise an existing file is opened (and
 // truncated with O_TRUNC) as open(2) with O_CREAT does.
 func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode, flags uint32) (Attr, *Handle, error) {
-	in, err := fs.create(ctx, c, parent, name, meta.Inode{Mode: syscall.S_IFREG | mode&0o7777})
-	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
-		if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
-			return Attr{}, nil, err
-		}
+	openExisting := func(in Attr) (Attr, *Handle, error) {
 		if in.IsDir() {
 			return Attr{}, nil, syscall.EISDIR
 		}
@@ -93,6 +89,20 @@ func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode,
 		}
 		in, err = fs.meta.Get(ctx, in.Ino)
 		return in, h, err
+	}
+	if flags&syscall.O_EXCL == 0 {
+		// Opening an existing file needs only search permission on the
+		// directory, not write permission.
+		if in, err := fs.Lookup(ctx, c, parent, name); err == nil {
+			return openExisting(in)
+		}
+	}
+	in, err := fs.create(ctx, c, parent, name, meta.Inode{Mode: syscall.S_IFREG | mode&0o7777})
+	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
+		if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
+			return Attr{}, nil, err
+		}
+		return openExisting(in)
 	}
 	if err != nil {
 		return Attr{}, nil, err
