@@ -97,16 +97,23 @@ func (e *Exporter) Stats() ExportStats {
 }
 
 // Run exports due inodes until ctx is done.
+// It wakes when the earliest queued inode becomes due, and at least every
+// Poll to notice inodes queued meanwhile.
 func (e *Exporter) Run(ctx context.Context) {
-	t := time.NewTicker(e.cfg.Poll)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		e.drain(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		e.drain(ctx, time.Now())
+		wait := e.cfg.Poll
+		if _, next, err := e.meta.QueueStats(ctx); err == nil && !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 5*time.Millisecond))
+		}
+		t.Reset(wait)
 	}
 }
 
