@@ -21,6 +21,8 @@ import (
 //	l<ino><parent><name>        link record (empty value)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
+//	Q<due><ino>                 the same entries ordered by time
+//	c/queued                    number of q entries
 //	k<object key>               the inode whose Keys hold that object key
 const (
 	pInode = 'i'
@@ -28,12 +30,14 @@ const (
 	pLink  = 'l'
 	pXattr = 'x'
 	pQueue = 'q'
+	pDue   = 'Q'
 	pKey   = 'k'
 )
 
 var (
-	keyFsid = []byte("c/fsid")
-	keyNext = []byte("c/next")
+	keyFsid   = []byte("c/fsid")
+	keyNext   = []byte("c/next")
+	keyQueued = []byte("c/queued")
 )
 
 // LostFoundPrefix starts the name of the lost+found directory at the root.
@@ -264,7 +268,79 @@ func delEntry(tx kv.Txn, parent Ino, name string, child Ino) error {
 
 // enqueue schedules ino for reconciliation at due, replacing an earlier time.
 func enqueue(tx kv.Txn, ino Ino, due time.Time) error {
-	return tx.Set(queueKey(ino), kv.AppendUint64(nil, uint64(due.UnixNano())))
+	t := due.UnixNano()
+	old, queued, err := queuedAt(tx, ino)
+	if err != nil {
+		return err
+	}
+	if queued {
+		if old == t {
+			return nil
+		}
+		if err := tx.Delete(dueKey(old, ino)); err != nil {
+			return err
+		}
+	} else if err := addQueued(tx, 1); err != nil {
+		return err
+	}
+	if err := tx.Set(queueKey(ino), kv.AppendUint64(nil, uint64(t))); err != nil {
+		return err
+	}
+	return tx.Set(dueKey(t, ino), nil)
+}
+
+// dequeue takes ino out of the queue, if it is there.
+func dequeue(tx kv.Txn, ino Ino) error {
+	old, queued, err := queuedAt(tx, ino)
+	if err != nil || !queued {
+		return err
+	}
+	if err := tx.Delete(queueKey(ino)); err != nil {
+		return err
+	}
+	if err := tx.Delete(dueKey(old, ino)); err != nil {
+		return err
+	}
+	return addQueued(tx, -1)
+}
+
+// queuedAt returns when ino is due, if it is queued.
+func queuedAt(r kv.Reader, ino Ino) (due int64, queued bool, err error) {
+	v, err := r.Get(queueKey(ino))
+	if errors.Is(err, kv.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if len(v) != 8 {
+		return 0, false, errCorrupt
+	}
+	return int64(kv.Uint64(v)), true, nil
+}
+
+func dueKey(due int64, ino Ino) []byte {
+	return kv.AppendUint64(kv.AppendUint64([]byte{pDue}, uint64(due)), uint64(ino))
+}
+
+// addQueued adjusts the queue length counter.
+func addQueued(tx kv.Txn, d int64) error {
+	n, err := queuedCount(tx)
+	if err != nil {
+		return err
+	}
+	return tx.Set(keyQueued, kv.AppendUint64(nil, uint64(max(n+d, 0))))
+}
+
+func queuedCount(r kv.Reader) (int64, error) {
+	v, err := r.Get(keyQueued)
+	if errors.Is(err, kv.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil || len(v) != 8 {
+		return 0, err
+	}
+	return int64(kv.Uint64(v)), nil
 }
 
 func (s *Store) allocIno(tx kv.Txn) (Ino, error) {

@@ -16,14 +16,16 @@ type Queued struct {
 	Due int64 // unix ns; also the token Exported compares
 }
 
-// Due returns up to limit queued inodes whose time has come by now.
+// Due returns up to limit queued inodes whose time has come by now,
+// earliest first.
 func (s *Store) Due(ctx context.Context, now time.Time, limit int) (out []Queued, err error) {
-	prefix := []byte{pQueue}
-	t := now.UnixNano()
+	lower := []byte{pDue}
+	upper := kv.AppendUint64([]byte{pDue}, uint64(max(now.UnixNano(), 0))+1)
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		return r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			if len(k) == 9 && len(v) == 8 && int64(kv.Uint64(v)) <= t {
-				out = append(out, Queued{Ino: Ino(kv.Uint64(k[1:])), Due: int64(kv.Uint64(v))})
+		out = out[:0]
+		return r.Scan(lower, upper, func(k, v []byte) bool {
+			if len(k) == 17 {
+				out = append(out, Queued{Ino: Ino(kv.Uint64(k[9:])), Due: int64(kv.Uint64(k[1:9]))})
 			}
 			return len(out) < limit
 		})
@@ -31,25 +33,23 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) (out []Queued
 	return out, err
 }
 
-// QueueStats counts the export queue and finds its oldest due time.
-func (s *Store) QueueStats(ctx context.Context) (n int, oldest time.Time, err error) {
-	prefix := []byte{pQueue}
-	min := int64(0)
+// QueueStats counts the export queue and finds its earliest due time.
+func (s *Store) QueueStats(ctx context.Context) (n int, earliest time.Time, err error) {
+	prefix := []byte{pDue}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		c, err := queuedCount(r)
+		if err != nil {
+			return err
+		}
+		n = int(c)
 		return r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			if len(v) == 8 {
-				n++
-				if d := int64(kv.Uint64(v)); min == 0 || d < min {
-					min = d
-				}
+			if len(k) == 17 {
+				earliest = time.Unix(0, int64(kv.Uint64(k[1:9])))
 			}
-			return true
+			return false
 		})
 	})
-	if min != 0 {
-		oldest = time.Unix(0, min)
-	}
-	return n, oldest, err
+	return n, earliest, err
 }
 
 // Enqueue schedules ino for reconciliation at due, unless it is queued for
@@ -57,7 +57,9 @@ func (s *Store) QueueStats(ctx context.Context) (n int, oldest time.Time, err er
 func (s *Store) Enqueue(ctx context.Context, ino Ino, due time.Time, keepEarlier bool) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		if keepEarlier {
-			if v, err := tx.Get(queueKey(ino)); err == nil && len(v) == 8 && int64(kv.Uint64(v)) <= due.UnixNano() {
+			if at, queued, err := queuedAt(tx, ino); err != nil {
+				return err
+			} else if queued && at <= due.UnixNano() {
 				return nil
 			}
 		}
@@ -69,21 +71,21 @@ func (s *Store) Enqueue(ctx context.Context, ino Ino, due time.Time, keepEarlier
 // earlier run queued: the queue records due times, so an entry queued under
 // a longer delay (or a retry backoff) would otherwise wait it out.
 func (s *Store) bringQueueForward(ctx context.Context) error {
-	limit := s.now().Add(s.exportDelay).UnixNano()
-	prefix := []byte{pQueue}
+	limit := s.now().Add(s.exportDelay)
+	lower := kv.AppendUint64([]byte{pDue}, uint64(limit.UnixNano())+1)
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		var late [][]byte
-		err := tx.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			if len(v) == 8 && int64(kv.Uint64(v)) > limit {
-				late = append(late, append([]byte(nil), k...))
+		var late []Ino
+		err := tx.Scan(lower, kv.PrefixEnd([]byte{pDue}), func(k, v []byte) bool {
+			if len(k) == 17 {
+				late = append(late, Ino(kv.Uint64(k[9:])))
 			}
 			return true
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range late {
-			if err := tx.Set(k, kv.AppendUint64(nil, uint64(limit))); err != nil {
+		for _, ino := range late {
+			if err := enqueue(tx, ino, limit); err != nil {
 				return err
 			}
 		}
@@ -115,17 +117,17 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		if err := putInode(tx, &in); err != nil {
 			return err
 		}
-		v, err := tx.Get(queueKey(q.Ino))
-		if errors.Is(err, kv.ErrNotFound) {
-			done = true
-			return nil
-		}
+		at, queued, err := queuedAt(tx, q.Ino)
 		if err != nil {
 			return err
 		}
-		if len(v) == 8 && int64(kv.Uint64(v)) == q.Due && !in.Dirty() {
+		if !queued {
 			done = true
-			return tx.Delete(queueKey(q.Ino))
+			return nil
+		}
+		if at == q.Due && !in.Dirty() {
+			done = true
+			return dequeue(tx, q.Ino)
 		}
 		return nil
 	})
@@ -141,7 +143,7 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		in, err := getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {
-			return tx.Delete(queueKey(ino))
+			return dequeue(tx, ino)
 		}
 		if err != nil {
 			return err
@@ -155,7 +157,7 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 		if err := tx.Delete(inodeKey(ino)); err != nil {
 			return err
 		}
-		if err := tx.Delete(queueKey(ino)); err != nil {
+		if err := dequeue(tx, ino); err != nil {
 			return err
 		}
 		return tx.DeleteRange(xattrPrefix(ino), kv.PrefixEnd(xattrPrefix(ino)))
