@@ -1,6 +1,7 @@
 // Command bucketfs serves an S3 bucket as a POSIX file system.
 //
 //	bucketfs mount [flags] MOUNTPOINT    FUSE mount, in the foreground
+//	bucketfs serve [flags]               NFSv4.1/4.0 server, in the foreground
 //	bucketfs status [--state-dir DIR]    where sync stands
 //	bucketfs flush [--state-dir DIR] [PATH]  export now
 //	bucketfs version
@@ -47,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "mount":
 		return mount(args[1:], stdout, stderr)
+	case "serve":
+		return serve(args[1:], stdout, stderr)
 	case "status":
 		return status(args[1:], stdout, stderr)
 	case "flush":
@@ -65,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   bucketfs mount [flags] MOUNTPOINT   mount a bucket (default: the embedded store) with FUSE
+  bucketfs serve [flags]              serve it over NFSv4.1 and 4.0 (--nfs-listen, default 127.0.0.1:2049)
   bucketfs status [--state-dir DIR] [--json]
                                       pending exports, import lag, conflicts, tier use, S3 requests
   bucketfs flush [--state-dir DIR] [PATH]

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"bucketfs/internal/engine"
+	"bucketfs/internal/frontend/nfs4"
+)
+
+// serve runs the NFS server on the engine until SIGINT or SIGTERM.
+func serve(args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var o options
+	o.register(fset)
+	listen := fset.String("nfs-listen", "127.0.0.1:2049", "address the NFS server listens on (open it up explicitly, e.g. 0.0.0.0:2049)")
+	allow := fset.String("nfs-allow", "", "comma-separated client networks allowed to connect, e.g. 10.0.0.0/8,127.0.0.1/32 (default: any that reaches --nfs-listen)")
+	rootSquash := fset.Bool("root-squash", true, "map uid 0 of clients to nobody (65534); --root-squash=false trusts client root")
+	authNone := fset.Bool("allow-auth-none", false, "accept AUTH_NONE clients (as nobody)")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 0 {
+		return errors.New("serve takes no arguments; see bucketfs serve -h")
+	}
+	nets, err := parseNets(*allow)
+	if err != nil {
+		return err
+	}
+	log, err := logger(o.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.engineConfig(log)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--nfs-listen: %w", err)
+	}
+	defer ln.Close()
+	e, err := engine.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	srv := nfs4.New(e.FS, e.Meta.Fsid(), nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
+		AllowAuthNone: *authNone, Logger: log})
+	e.Start()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s (state in %s)\n", e.Bucket, ln.Addr(), cfg.StateDir)
+	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o vers=4.1,port=%s %s:/ /mnt/bucket\n", port, host)
+	if e.Store != nil {
+		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
+			e.Store.Endpoint, filepath.Join(cfg.StateDir, "s3.env"))
+	}
+	if a := e.MetricsAddr(); a != "" {
+		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
+	}
+	err = srv.Serve(ctx, ln)
+	srv.Close()
+	if ctx.Err() != nil {
+		fmt.Fprintln(stdout, "bucketfs: stopped")
+		return nil
+	}
+	return err
+}
+
+// parseNets reads a comma-separated list of networks (or single addresses).
+func parseNets(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				return nil, fmt.Errorf("--nfs-allow %q: %w", f, err)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("--nfs-allow %q: %w", f, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

@@ -1,0 +1,225 @@
+package nfs4
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"runtime/debug"
+	"unicode/utf8"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/vfs"
+)
+
+// request is the state of one COMPOUND as its operations run: who calls,
+// the current and saved filehandles and stateids, and (4.1) the session
+// slot the request holds.
+type request struct {
+	s     *Server
+	ctx   context.Context
+	conn  *conn
+	cred  vfs.Cred
+	minor uint32
+
+	cur, saved       vfs.Ino // 0: no filehandle
+	curSid, savedSid nfsv4.Stateid4
+	hasCurSid        bool
+	hasSavedSid      bool
+
+	// 4.1: the session and slot of the SEQUENCE that opened the request.
+	sess   *session
+	slot   *slot
+	client *client
+}
+
+// opResult is one encoded operation result.
+type opResult interface {
+	WriteTo(io.Writer) (int64, error)
+}
+
+// rawResult is an operation result that is only a status: every result
+// union's error arm has this form.
+type rawResult struct {
+	op     nfsv4.NfsOpnum4
+	status nfsv4.Nfsstat4
+}
+
+func (r rawResult) WriteTo(w io.Writer) (int64, error) {
+	var b [12]byte
+	binary.BigEndian.PutUint32(b[:], uint32(r.op))
+	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
+	n := 8
+	if r.op == nfsv4.OP_SETATTR {
+		n = 12 // SETATTR4res is a struct: an empty attrsset follows
+	}
+	m, err := w.Write(b[:n])
+	return int64(m), err
+}
+
+// compound decodes and runs one COMPOUND, operation by operation, and
+// returns its encoded COMPOUND4res. ok is false when not even the header
+// decodes (the RPC layer answers GARBAGE_ARGS).
+func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []byte) (res []byte, ok bool) {
+	r := bytes.NewReader(args)
+	x := xdrReader{b: args}
+	tag := x.opaque(nfsv4.NFS4_OPAQUE_LIMIT)
+	minor := x.u32()
+	count := x.u32()
+	if x.err != nil {
+		return nil, false
+	}
+	r.Seek(int64(len(args)-len(x.b)), io.SeekStart)
+	if !utf8.Valid(tag) {
+		return encodeCompound(tag, nfsv4.NFS4ERR_INVAL, nil), true
+	}
+	if minor > 2 {
+		return encodeCompound(tag, nfsv4.NFS4ERR_MINOR_VERS_MISMATCH, nil), true
+	}
+	if count > maxOps {
+		st := nfsv4.Nfsstat4(nfsv4.NFS4ERR_RESOURCE)
+		if minor > 0 {
+			st = nfsv4.NFS4ERR_TOO_MANY_OPS
+		}
+		return encodeCompound(tag, st, nil), true
+	}
+	q := &request{s: s, ctx: ctx, conn: c, cred: cred, minor: minor}
+	defer q.releaseSlot(nil)
+	var results []opResult
+	status := nfsv4.Nfsstat4(nfsv4.NFS4_OK)
+	for i := uint32(0); i < count && status == nfsv4.NFS4_OK; i++ {
+		if r.Len() < 4 {
+			results = append(results, rawResult{nfsv4.OP_ILLEGAL, nfsv4.NFS4ERR_BADXDR})
+			status = nfsv4.NFS4ERR_BADXDR
+			break
+		}
+		var opb [4]byte
+		r.Read(opb[:])
+		opnum := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(opb[:]))
+		if !known(minor, opnum) {
+			results = append(results, rawResult{nfsv4.OP_ILLEGAL, nfsv4.NFS4ERR_OP_ILLEGAL})
+			status = nfsv4.NFS4ERR_OP_ILLEGAL
+			break
+		}
+		r.Seek(-4, io.SeekCurrent)
+		op, _, err := nfsv4.ReadNfsArgop4(r)
+		if err != nil {
+			results = append(results, rawResult{opnum, nfsv4.NFS4ERR_BADXDR})
+			status = nfsv4.NFS4ERR_BADXDR
+			break
+		}
+		if st := q.sessionRule(i, count, opnum); st != nfsv4.NFS4_OK {
+			results = append(results, rawResult{opnum, st})
+			status = st
+			break
+		}
+		var (
+			res    opResult
+			cached []byte
+		)
+		res, status, cached = q.run(op)
+		if cached != nil {
+			// A retransmitted request answered from the slot's cache.
+			return cached, true
+		}
+		results = append(results, res)
+	}
+	out := encodeCompound(tag, status, results)
+	q.releaseSlot(out)
+	return out, true
+}
+
+// run executes one operation, turning a panic into NFS4ERR_SERVERFAULT.
+func (q *request) run(op nfsv4.NfsArgop4) (res opResult, st nfsv4.Nfsstat4, cached []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			q.s.log.Error("panic in NFS operation", "op", op.GetArgop(), "panic", p, "stack", string(debug.Stack()))
+			res, st, cached = rawResult{op.GetArgop(), nfsv4.NFS4ERR_SERVERFAULT}, nfsv4.NFS4ERR_SERVERFAULT, nil
+		}
+	}()
+	if seq, ok := op.(*nfsv4.NfsArgop4_OP_SEQUENCE); ok {
+		return q.sequence(&seq.Opsequence)
+	}
+	res, st = q.dispatch(op)
+	return res, st, nil
+}
+
+// encodeCompound encodes a COMPOUND4res.
+func encodeCompound(tag []byte, status nfsv4.Nfsstat4, results []opResult) []byte {
+	var b xdrBuf
+	b.u32(uint32(status))
+	b.opaque(tag)
+	b.u32(uint32(len(results)))
+	buf := bytes.NewBuffer(b)
+	for _, r := range results {
+		r.WriteTo(buf)
+	}
+	return buf.Bytes()
+}
+
+// known reports whether minor version minor defines operation op.
+func known(minor uint32, op nfsv4.NfsOpnum4) bool {
+	switch {
+	case op == nfsv4.OP_ILLEGAL:
+		return true
+	case op >= nfsv4.OP_ACCESS && op <= nfsv4.OP_RELEASE_LOCKOWNER:
+		return true
+	case op >= nfsv4.OP_BACKCHANNEL_CTL && op <= nfsv4.OP_RECLAIM_COMPLETE:
+		return minor >= 1
+	case op >= nfsv4.OP_ALLOCATE && op <= nfsv4.OP_CLONE:
+		return minor >= 2
+	}
+	return false
+}
+
+// sessionRule enforces where 4.1 operations may appear: SEQUENCE first,
+// and the operations that create or destroy sessions alone.
+func (q *request) sessionRule(i, count uint32, op nfsv4.NfsOpnum4) nfsv4.Nfsstat4 {
+	if q.minor == 0 {
+		return nfsv4.NFS4_OK
+	}
+	switch op {
+	case nfsv4.OP_SETCLIENTID, nfsv4.OP_SETCLIENTID_CONFIRM, nfsv4.OP_RENEW,
+		nfsv4.OP_OPEN_CONFIRM, nfsv4.OP_RELEASE_LOCKOWNER:
+		return nfsv4.NFS4ERR_NOTSUPP
+	}
+	if i == 0 {
+		switch op {
+		case nfsv4.OP_SEQUENCE:
+			return nfsv4.NFS4_OK
+		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_BIND_CONN_TO_SESSION,
+			nfsv4.OP_DESTROY_SESSION, nfsv4.OP_DESTROY_CLIENTID:
+			if count > 1 {
+				return nfsv4.NFS4ERR_NOT_ONLY_OP
+			}
+			return nfsv4.NFS4_OK
+		}
+		return nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+	}
+	if op == nfsv4.OP_SEQUENCE {
+		return nfsv4.NFS4ERR_SEQUENCE_POS
+	}
+	return nfsv4.NFS4_OK
+}
+
+// needFH checks there is a current filehandle.
+func (q *request) needFH() nfsv4.Nfsstat4 {
+	if q.cur == 0 {
+		return nfsv4.NFS4ERR_NOFILEHANDLE
+	}
+	return nfsv4.NFS4_OK
+}
+
+// curAttr loads the current filehandle's attributes.
+func (q *request) curAttr() (vfs.Attr, nfsv4.Nfsstat4) {
+	if q.cur == 0 {
+		return vfs.Attr{}, nfsv4.NFS4ERR_NOFILEHANDLE
+	}
+	return q.s.attrOf(q.ctx, q.cur)
+}
+
+// setCurSid records the current stateid (4.1) an operation produced.
+func (q *request) setCurSid(sid nfsv4.Stateid4) {
+	q.curSid, q.hasCurSid = sid, true
+}

@@ -1,0 +1,193 @@
+package nfs4
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+)
+
+// conn is one client connection. One goroutine (serve) reads records; each
+// call runs in its own goroutine, at most connInflight at a time per
+// connection and serverInflight across the server, and writes its reply
+// whole under wmu.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{}
+	wg     sync.WaitGroup
+
+	wmu sync.Mutex
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, slots: make(chan struct{}, connInflight)}
+}
+
+func (c *conn) close() {
+	c.cancel()
+	c.nc.Close()
+}
+
+func (c *conn) serve() {
+	defer func() {
+		c.close()
+		c.wg.Wait()
+		c.s.dropConn(c)
+	}()
+	br := bufio.NewReaderSize(c.nc, readBufSize)
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+		rec, err := readRecord(br, maxRecord)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
+				c.s.log.Debug("connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		// Back pressure: stop reading while this connection or the
+		// server has too many calls in progress.
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		select {
+		case c.s.inflight <- struct{}{}:
+		case <-c.ctx.Done():
+			<-c.slots
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer func() {
+				<-c.s.inflight
+				<-c.slots
+				c.wg.Done()
+			}()
+			reply, err := c.s.handleCall(c.ctx, c, rec)
+			if err != nil {
+				c.s.log.Debug("bad RPC record; closing the connection", "remote", c.nc.RemoteAddr().String(), "err", err)
+				c.close()
+				return
+			}
+			if reply == nil {
+				return
+			}
+			c.wmu.Lock()
+			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			_, err = c.nc.Write(reply)
+			c.wmu.Unlock()
+			if err != nil {
+				c.close()
+			}
+		}()
+	}
+}
+
+// readRecord reads one record-marked RPC message of at most limit bytes.
+// The buffer grows with the bytes that actually arrive, never by what a
+// record marker claims.
+func readRecord(r io.Reader, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) && buf.Len() > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		h := binary.BigEndian.Uint32(hdr[:])
+		n := int64(h &^ 0x80000000)
+		if int64(buf.Len())+n > int64(limit) {
+			return nil, fmt.Errorf("record of more than %d bytes", limit)
+		}
+		if got, err := io.CopyN(&buf, r, n); err != nil {
+			if got < n {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if h&0x80000000 != 0 {
+			return buf.Bytes(), nil
+		}
+	}
+}
+
+// handleCall runs one RPC call and returns the record-marked reply, nil
+// for none, or an error for a record that is not a call (the connection is
+// then closed).
+func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, error) {
+	r := bytes.NewReader(rec)
+	var msg rpcv2.RpcMsg
+	if _, err := msg.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	body, ok := msg.Body.(*rpcv2.RpcMsgBody_CALL)
+	if !ok {
+		return nil, errors.New("RPC message is not a CALL")
+	}
+	call := &body.Cbody
+	if call.Rpcvers != 2 {
+		rej := &rpcv2.RejectedReply_RPC_MISMATCH{}
+		rej.MismatchInfo.Low, rej.MismatchInfo.High = 2, 2
+		return denied(msg.Xid, rej), nil
+	}
+	cred, stat := s.credOf(&call.Cred)
+	if stat != rpcv2.AUTH_OK {
+		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: stat}), nil
+	}
+	if call.Prog != nfsProgram {
+		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.PROG_UNAVAIL}, nil), nil
+	}
+	if call.Vers != 4 {
+		mm := &rpcv2.AcceptedReplyData_PROG_MISMATCH{}
+		mm.MismatchInfo.Low, mm.MismatchInfo.High = 4, 4
+		return accepted(msg.Xid, mm, nil), nil
+	}
+	switch call.Proc {
+	case 0: // NULL
+		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_SUCCESS{}, nil), nil
+	case 1: // COMPOUND
+		args := rec[len(rec)-r.Len():]
+		res, ok := s.compound(ctx, c, cred, args)
+		if !ok {
+			return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.GARBAGE_ARGS}, nil), nil
+		}
+		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_SUCCESS{}, res), nil
+	}
+	return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.PROC_UNAVAIL}, nil), nil
+}
+
+func accepted(xid uint32, data rpcv2.AcceptedReplyData, results []byte) []byte {
+	return reply(xid, &rpcv2.ReplyBody_MSG_ACCEPTED{Areply: rpcv2.AcceptedReply{
+		Verf: rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE}, ReplyData: data}}, results)
+}
+
+func denied(xid uint32, rej rpcv2.RejectedReply) []byte {
+	return reply(xid, &rpcv2.ReplyBody_MSG_DENIED{Rreply: rej}, nil)
+}
+
+// reply encodes a record-marked reply message followed by results.
+func reply(xid uint32, body rpcv2.ReplyBody, results []byte) []byte {
+	msg := rpcv2.RpcMsg{Xid: xid, Body: &rpcv2.RpcMsgBody_REPLY{Rbody: body}}
+	n := msg.GetEncodedSizeBytes()
+	buf := bytes.NewBuffer(make([]byte, 4, 4+n+len(results)))
+	msg.WriteTo(buf)
+	buf.Write(results)
+	b := buf.Bytes()
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4)|0x80000000)
+	return b
+}

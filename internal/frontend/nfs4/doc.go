@@ -1,0 +1,52 @@
+// Package nfs4 is the NFSv4 front end of bucketfs: an NFSv4.1 server (with
+// the NFSv4.0 forms and the useful NFSv4.2 operations) over the vfs API, on
+// the XDR types of github.com/buildbarn/go-xdr. It holds no file system
+// logic: every name, permission, byte and byte-range lock is a vfs call.
+//
+// # Layers
+//
+// A connection (conn.go) reads ONC RPC records with TCP record marking,
+// capped in size, and hands each CALL to the server with the caller's
+// credential (auth.go: AUTH_SYS, optional AUTH_NONE, root squash). One
+// goroutine reads each connection; requests run in short-lived goroutines
+// bounded per connection and per server, so a client that pipelines cannot
+// grow memory or goroutines without bound. Replies are written whole under
+// a per-connection mutex.
+//
+// A COMPOUND (compound.go) is decoded one operation at a time, so an
+// unknown operation number ends the request with NFS4ERR_OP_ILLEGAL instead
+// of failing the whole RPC, and a truncated argument ends it with
+// NFS4ERR_BADXDR. The operations run in order against an explicit
+// per-request value (the current and saved filehandles, the current
+// stateid, the session slot) until one fails. Each operation is one method
+// with the same shape, grouped by area in the ops_*.go files.
+//
+// # State
+//
+// Protocol state is plain data in one table guarded by one mutex
+// (state.go): clients (clients.go, from EXCHANGE_ID or SETCLIENTID), their
+// sessions with slot tables and reply caches (session.go), open owners and
+// their open states (each holding one vfs.Handle), lock owners and their
+// lock states (the locks themselves live in vfs, owned by locks.Owner{ID:
+// lock owner, Client: client id}). Stateids name open and lock states; a
+// stateid's "other" field is a random per-boot prefix and a counter, so
+// stateids from an earlier server instance are recognisably stale. The
+// mutex is never held across a vfs call.
+//
+// Leases: every SEQUENCE (4.1) or stateful operation and RENEW (4.0)
+// renews a client's lease. A reaper expires clients whose lease ran out:
+// their open handles are released and their locks dropped, so other
+// clients can take them.
+//
+// # Filehandles and cookies
+//
+// A filehandle is a version byte, a hash of the file system id and the
+// inode number (fh.go). Inode numbers are never reused, so handles stay
+// valid across restarts and a handle for a deleted inode is NFS4ERR_STALE.
+// READDIR cookies are a hash of the entry name (readdir.go): stable across
+// restarts and concurrent changes; a small cache maps recent cookies back
+// to names so that resuming a listing of 100,000 entries never rereads it
+// from the start, and a cache miss costs one scan of the directory.
+//
+// Delegations are never granted and no back channel is offered.
+package nfs4

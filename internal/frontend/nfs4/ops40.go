@@ -1,0 +1,93 @@
+package nfs4
+
+import (
+	"crypto/rand"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// The NFSv4.0 client operations (RFC 7530 16.33, 16.34, 16.29). A 4.0
+// client has no session: its lease is renewed by RENEW and by every
+// operation that names its state.
+
+func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
+	key := "4.0:" + string(a.Client.Id)
+	var confirm [8]byte
+	rand.Read(confirm[:])
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cl := t.confirmed[key]
+	if cl == nil || cl.verifier != a.Client.Verifier {
+		if old := t.unconfirmed[key]; old != nil {
+			t.removeClient(old)
+		}
+		cl = q.s.newClient(key, a.Client.Verifier, false)
+		t.unconfirmed[key] = cl
+	}
+	cl.confirmVerf = confirm
+	cl.renew()
+	return &nfsv4.Setclientid4res_NFS4_OK{Resok4: nfsv4.Setclientid4resok{
+		Clientid: cl.id, SetclientidConfirm: confirm}}
+}
+
+func (q *request) setclientidConfirm(a *nfsv4.SetclientidConfirm4args) nfsv4.Nfsstat4 {
+	t := q.s.state
+	t.mu.Lock()
+	cl := t.clients[a.Clientid]
+	if cl == nil || cl.minor41 || cl.confirmVerf != a.SetclientidConfirm {
+		t.mu.Unlock()
+		return nfsv4.NFS4ERR_STALE_CLIENTID
+	}
+	cl.renew()
+	var old []*openState
+	var oldID uint64
+	if !cl.confirmed {
+		cl.confirmed = true
+		delete(t.unconfirmed, cl.key)
+		if prev := t.confirmed[cl.key]; prev != nil && prev != cl {
+			oldID = prev.id
+			old = t.removeClient(prev)
+		}
+		t.confirmed[cl.key] = cl
+	}
+	t.mu.Unlock()
+	if oldID != 0 {
+		q.s.releaseOpens(old)
+		q.s.fs.ReleaseClientLocks(oldID)
+	}
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) renew(id uint64) nfsv4.Nfsstat4 {
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cl := t.clients[id]
+	if cl == nil || !cl.confirmed || cl.minor41 {
+		return nfsv4.NFS4ERR_STALE_CLIENTID
+	}
+	cl.renew()
+	return nfsv4.NFS4_OK
+}
+
+// clientFor returns the client an open or lock owner belongs to: the
+// session's in 4.1, the confirmed 4.0 client named by id otherwise.
+// Requires the table mutex.
+func (q *request) clientFor(id uint64) (*client, nfsv4.Nfsstat4) {
+	if q.minor >= 1 {
+		if q.client == nil {
+			return nil, nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+		}
+		return q.client, nfsv4.NFS4_OK
+	}
+	cl := q.s.state.clients[id]
+	if cl == nil || cl.minor41 {
+		return nil, nfsv4.NFS4ERR_STALE_CLIENTID
+	}
+	if !cl.confirmed {
+		return nil, nfsv4.NFS4ERR_STALE_CLIENTID
+	}
+	cl.renew()
+	return cl, nfsv4.NFS4_OK
+}

@@ -1,0 +1,239 @@
+package nfs4
+
+import (
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+
+	"bucketfs/internal/meta"
+	"bucketfs/internal/vfs"
+)
+
+// Filehandle and attribute operations.
+
+func (q *request) setCur(ino vfs.Ino) {
+	q.cur = ino
+	q.hasCurSid = false
+}
+
+func (q *request) putrootfh() nfsv4.Nfsstat4 {
+	q.setCur(meta.RootIno)
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) putfh(fh []byte) nfsv4.Nfsstat4 {
+	ino, st := q.s.parseFH(fh)
+	if st != nfsv4.NFS4_OK {
+		return st
+	}
+	if _, st := q.s.attrOf(q.ctx, ino); st != nfsv4.NFS4_OK {
+		return st
+	}
+	q.setCur(ino)
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) getfh() nfsv4.Getfh4res {
+	if _, st := q.curAttr(); st != nfsv4.NFS4_OK {
+		return &nfsv4.Getfh4res_default{Status: st}
+	}
+	return &nfsv4.Getfh4res_NFS4_OK{Resok4: nfsv4.Getfh4resok{Object: q.s.makeFH(q.cur)}}
+}
+
+func (q *request) savefh() nfsv4.Nfsstat4 {
+	if st := q.needFH(); st != nfsv4.NFS4_OK {
+		return st
+	}
+	q.saved, q.savedSid, q.hasSavedSid = q.cur, q.curSid, q.hasCurSid
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) restorefh() nfsv4.Nfsstat4 {
+	if q.saved == 0 {
+		return nfsv4.NFS4ERR_RESTOREFH
+	}
+	q.cur, q.curSid, q.hasCurSid = q.saved, q.savedSid, q.hasSavedSid
+	return nfsv4.NFS4_OK
+}
+
+// curDir loads the current filehandle and checks it is a directory.
+func (q *request) curDir() (vfs.Attr, nfsv4.Nfsstat4) {
+	a, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return a, st
+	}
+	switch {
+	case a.IsDir():
+		return a, nfsv4.NFS4_OK
+	case ftype(&a) == nfsv4.NF4LNK:
+		return a, nfsv4.NFS4ERR_SYMLINK
+	}
+	return a, nfsv4.NFS4ERR_NOTDIR
+}
+
+// checkName validates a component name argument.
+func checkName(name string) nfsv4.Nfsstat4 {
+	switch {
+	case name == "":
+		return nfsv4.NFS4ERR_INVAL
+	case len(name) > 255:
+		return nfsv4.NFS4ERR_NAMETOOLONG
+	case name == "." || name == "..":
+		return nfsv4.NFS4ERR_BADNAME
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' || name[i] == 0 {
+			return nfsv4.NFS4ERR_BADCHAR
+		}
+	}
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) lookup(name string) nfsv4.Nfsstat4 {
+	if _, st := q.curDir(); st != nfsv4.NFS4_OK {
+		return st
+	}
+	if st := checkName(name); st != nfsv4.NFS4_OK {
+		return st
+	}
+	a, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
+	if err != nil {
+		return statusOf(err)
+	}
+	q.setCur(a.Ino)
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) lookupp() nfsv4.Nfsstat4 {
+	if _, st := q.curDir(); st != nfsv4.NFS4_OK {
+		return st
+	}
+	if q.cur == meta.RootIno {
+		return nfsv4.NFS4ERR_NOENT
+	}
+	a, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, "..")
+	if err != nil {
+		return statusOf(err)
+	}
+	q.setCur(a.Ino)
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) access(want uint32) nfsv4.Access4res {
+	a, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return &nfsv4.Access4res_default{Status: st}
+	}
+	may := func(mask uint32) bool { return q.s.fs.Access(q.ctx, q.cred, q.cur, mask) == nil }
+	var bits, allowed uint32
+	add := func(b uint32, ok func() bool) {
+		if want&b == 0 {
+			return
+		}
+		bits |= b
+		if ok() {
+			allowed |= b
+		}
+	}
+	var r, w, x *bool
+	cached := func(p **bool, mask uint32) func() bool {
+		return func() bool {
+			if *p == nil {
+				v := may(mask)
+				*p = &v
+			}
+			return **p
+		}
+	}
+	add(nfsv4.ACCESS4_READ, cached(&r, 4))
+	add(nfsv4.ACCESS4_MODIFY, cached(&w, 2))
+	add(nfsv4.ACCESS4_EXTEND, cached(&w, 2))
+	if a.IsDir() {
+		add(nfsv4.ACCESS4_LOOKUP, cached(&x, 1))
+		add(nfsv4.ACCESS4_DELETE, cached(&w, 2))
+	} else {
+		add(nfsv4.ACCESS4_EXECUTE, cached(&x, 1))
+	}
+	return &nfsv4.Access4res_NFS4_OK{Resok4: nfsv4.Access4resok{Supported: bits, Access: allowed}}
+}
+
+func (q *request) getattr(req []uint32) nfsv4.Getattr4res {
+	a, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return &nfsv4.Getattr4res_default{Status: st}
+	}
+	return &nfsv4.Getattr4res_NFS4_OK{Resok4: nfsv4.Getattr4resok{ObjAttributes: q.encodeAttrs(&a, maskOf(req))}}
+}
+
+func (q *request) setattr(a *nfsv4.Setattr4args) nfsv4.Setattr4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Setattr4res { return nfsv4.Setattr4res{Status: st} }
+	if _, st := q.curAttr(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	sa, st := q.decodeSetAttrs(&a.ObjAttributes)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if sa.in.Valid == 0 {
+		return nfsv4.Setattr4res{Status: nfsv4.NFS4_OK, Attrsset: []uint32{}}
+	}
+	if sa.in.Valid&vfs.SetSize != 0 {
+		sid, st := q.resolveSid(a.Stateid)
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if !isSpecial(sid) {
+			io, st := q.handleFor(sid, true)
+			if st != nfsv4.NFS4_OK {
+				return fail(st)
+			}
+			defer io.done()
+			sa.in.Handle = io.h
+		}
+	}
+	if _, err := q.s.fs.SetAttr(q.ctx, q.cred, q.cur, sa.in); err != nil {
+		return fail(statusOf(err))
+	}
+	return nfsv4.Setattr4res{Status: nfsv4.NFS4_OK, Attrsset: sa.set.words()}
+}
+
+// flavors are the security flavors this server accepts.
+func (q *request) flavors() []nfsv4.Secinfo4 {
+	out := []nfsv4.Secinfo4{&nfsv4.Secinfo4_default{Flavor: rpcv2.AUTH_SYS}}
+	if q.s.opts.AllowAuthNone {
+		out = append(out, &nfsv4.Secinfo4_default{Flavor: rpcv2.AUTH_NONE})
+	}
+	return out
+}
+
+func (q *request) secinfo(name string) nfsv4.Secinfo4res {
+	if _, st := q.curDir(); st != nfsv4.NFS4_OK {
+		return &nfsv4.Secinfo4res_default{Status: st}
+	}
+	if st := checkName(name); st != nfsv4.NFS4_OK {
+		return &nfsv4.Secinfo4res_default{Status: st}
+	}
+	if _, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name); err != nil {
+		return &nfsv4.Secinfo4res_default{Status: statusOf(err)}
+	}
+	if q.minor >= 1 {
+		q.setCur(0) // SECINFO consumes the current filehandle in 4.1
+	}
+	return &nfsv4.Secinfo4res_NFS4_OK{Resok4: q.flavors()}
+}
+
+func (q *request) secinfoNoName(style nfsv4.SecinfoStyle4) nfsv4.Secinfo4res {
+	a, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return &nfsv4.Secinfo4res_default{Status: st}
+	}
+	if style == nfsv4.SECINFO_STYLE4_PARENT {
+		if !a.IsDir() {
+			return &nfsv4.Secinfo4res_default{Status: nfsv4.NFS4ERR_NOTDIR}
+		}
+		if q.cur == meta.RootIno {
+			return &nfsv4.Secinfo4res_default{Status: nfsv4.NFS4ERR_NOENT}
+		}
+	}
+	q.setCur(0)
+	return &nfsv4.Secinfo4res_NFS4_OK{Resok4: q.flavors()}
+}

@@ -1,0 +1,301 @@
+package nfs4
+
+import (
+	"errors"
+	"math"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/locks"
+	"bucketfs/internal/vfs"
+)
+
+// Byte-range locks: LOCK, LOCKT, LOCKU, RELEASE_LOCKOWNER. The locks live
+// in vfs under locks.Owner{ID: lock-owner id, Client: client id}, so they
+// conflict with other clients' and with FUSE's.
+
+// lockRange converts an NFS offset and length to an inclusive range.
+func lockRange(off, length uint64) (start, end uint64, st nfsv4.Nfsstat4) {
+	switch {
+	case length == 0:
+		return 0, 0, nfsv4.NFS4ERR_INVAL
+	case length == math.MaxUint64:
+		return off, locks.ToEOF, nfsv4.NFS4_OK
+	case length-1 > math.MaxUint64-off:
+		return 0, 0, nfsv4.NFS4ERR_INVAL
+	}
+	return off, off + length - 1, nfsv4.NFS4_OK
+}
+
+func lockKind(t nfsv4.NfsLockType4) (locks.Kind, bool) {
+	switch t {
+	case nfsv4.READ_LT, nfsv4.READW_LT:
+		return locks.Read, true
+	case nfsv4.WRITE_LT, nfsv4.WRITEW_LT:
+		return locks.Write, true
+	}
+	return 0, false
+}
+
+// denied describes the lock that conflicts with l.
+func (s *Server) denied(ino vfs.Ino, l locks.Lock) nfsv4.Lock4denied {
+	c, ok := s.fs.TestLock(ino, l)
+	if !ok {
+		c = l // released meanwhile; report the request's own range
+	}
+	d := nfsv4.Lock4denied{Offset: c.Start, Length: math.MaxUint64, Locktype: nfsv4.WRITE_LT}
+	if c.End != locks.ToEOF {
+		d.Length = c.End - c.Start + 1
+	}
+	if c.Kind == locks.Read {
+		d.Locktype = nfsv4.READ_LT
+	}
+	s.state.mu.Lock()
+	if lo := s.state.lockOwners[c.Owner.ID]; lo != nil && lo.client.id == c.Owner.Client {
+		d.Owner = nfsv4.StateOwner4{Clientid: lo.client.id, Owner: []byte(lo.key)}
+	} else {
+		d.Owner = nfsv4.StateOwner4{Clientid: c.Owner.Client, Owner: []byte("local")}
+	}
+	s.state.mu.Unlock()
+	return d
+}
+
+// lockFile checks the current filehandle is a regular file.
+func (q *request) lockFile() nfsv4.Nfsstat4 {
+	a, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return st
+	}
+	if a.IsDir() {
+		return nfsv4.NFS4ERR_ISDIR
+	}
+	if !a.IsRegular() {
+		return nfsv4.NFS4ERR_INVAL
+	}
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Lock4res { return &nfsv4.Lock4res_default{Status: st} }
+	if st := q.lockFile(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	kind, ok := lockKind(a.Locktype)
+	if !ok {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	start, end, st := lockRange(a.Offset, a.Length)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if a.Reclaim {
+		return fail(nfsv4.NFS4ERR_NO_GRACE)
+	}
+	ls, fresh, st := q.lockStateFor(a.Locker)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if need := map[locks.Kind]uint32{locks.Read: nfsv4.OPEN4_SHARE_ACCESS_READ,
+		locks.Write: nfsv4.OPEN4_SHARE_ACCESS_WRITE}[kind]; ls.open.access&need == 0 {
+		q.dropFresh(ls, fresh)
+		return fail(nfsv4.NFS4ERR_OPENMODE)
+	}
+	l := locks.Lock{Start: start, End: end, Kind: kind, Owner: ls.owner.vfsOwner()}
+	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
+		q.dropFresh(ls, fresh)
+		if errors.Is(err, locks.ErrWouldBlock) {
+			return &nfsv4.Lock4res_NFS4ERR_DENIED{Denied: q.s.denied(ls.ino, l)}
+		}
+		return fail(statusOf(err))
+	}
+	t := q.s.state
+	t.mu.Lock()
+	if !fresh {
+		ls.seq = bumpSeq(ls.seq)
+	}
+	res := sid(ls.other, ls.seq)
+	t.mu.Unlock()
+	q.setCurSid(res)
+	return &nfsv4.Lock4res_NFS4_OK{Resok4: nfsv4.Lock4resok{LockStateid: res}}
+}
+
+// lockStateFor finds or makes the lock state a LOCK names: from an open
+// stateid and a (possibly new) lock-owner, or from an existing lock
+// stateid. fresh reports a lock state made by this call.
+func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st nfsv4.Nfsstat4) {
+	t := q.s.state
+	switch l := lk.(type) {
+	case *nfsv4.Locker4_TRUE:
+		sid, st := q.resolveSid(l.OpenOwner.OpenStateid)
+		if st != nfsv4.NFS4_OK {
+			return nil, false, st
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		x, st := q.lookupState(sid)
+		if st != nfsv4.NFS4_OK {
+			return nil, false, st
+		}
+		o, ok := x.(*openState)
+		if !ok || o.ino != q.cur || o.dead {
+			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
+		}
+		if st := q.checkOwnerSeq(o.owner, l.OpenOwner.OpenSeqid); st != nfsv4.NFS4_OK {
+			return nil, false, st
+		}
+		cl := o.owner.client
+		if q.minor == 0 && l.OpenOwner.LockOwner.Clientid != cl.id {
+			return nil, false, nfsv4.NFS4ERR_STALE_CLIENTID
+		}
+		key := string(l.OpenOwner.LockOwner.Owner)
+		lo := cl.lockOwners[key]
+		if lo == nil {
+			lo = &lockOwner{client: cl, key: key, id: t.newID(), seqid: l.OpenOwner.LockSeqid}
+			cl.lockOwners[key] = lo
+			t.lockOwners[lo.id] = lo
+		}
+		if ls = o.locks[lo]; ls != nil {
+			return ls, false, nfsv4.NFS4_OK
+		}
+		ls = &lockState{other: t.newOther(), seq: 1, owner: lo, open: o, ino: o.ino}
+		o.locks[lo] = ls
+		t.states[ls.other] = ls
+		return ls, true, nfsv4.NFS4_OK
+	case *nfsv4.Locker4_FALSE:
+		sid, st := q.resolveSid(l.LockOwner.LockStateid)
+		if st != nfsv4.NFS4_OK {
+			return nil, false, st
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		x, st := q.lookupState(sid)
+		if st != nfsv4.NFS4_OK {
+			return nil, false, st
+		}
+		ls, ok := x.(*lockState)
+		if !ok || ls.ino != q.cur {
+			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
+		}
+		ls.owner.seqid = l.LockOwner.LockSeqid
+		return ls, false, nfsv4.NFS4_OK
+	}
+	return nil, false, nfsv4.NFS4ERR_INVAL
+}
+
+// dropFresh forgets a lock state made by a LOCK that then failed.
+func (q *request) dropFresh(ls *lockState, fresh bool) {
+	if !fresh {
+		return
+	}
+	t := q.s.state
+	t.mu.Lock()
+	delete(t.states, ls.other)
+	delete(ls.open.locks, ls.owner)
+	t.mu.Unlock()
+}
+
+func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Lockt4res { return &nfsv4.Lockt4res_default{Status: st} }
+	if st := q.lockFile(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	kind, ok := lockKind(a.Locktype)
+	if !ok {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	start, end, st := lockRange(a.Offset, a.Length)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	cl, st := q.clientFor(a.Owner.Clientid)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	owner := locks.Owner{ID: math.MaxUint64, Client: cl.id} // an owner with no locks
+	if lo := cl.lockOwners[string(a.Owner.Owner)]; lo != nil {
+		owner = lo.vfsOwner()
+	}
+	t.mu.Unlock()
+	l := locks.Lock{Start: start, End: end, Kind: kind, Owner: owner}
+	if _, conflict := q.s.fs.TestLock(q.cur, l); conflict {
+		return &nfsv4.Lockt4res_NFS4ERR_DENIED{Denied: q.s.denied(q.cur, l)}
+	}
+	return fail(nfsv4.NFS4_OK)
+}
+
+func (q *request) locku(a *nfsv4.Locku4args) nfsv4.Locku4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Locku4res { return &nfsv4.Locku4res_default{Status: st} }
+	if st := q.lockFile(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if _, ok := lockKind(a.Locktype); !ok {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	start, end, st := lockRange(a.Offset, a.Length)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	lsid, st := q.resolveSid(a.LockStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	x, st := q.lookupState(lsid)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	ls, ok := x.(*lockState)
+	if !ok || ls.ino != q.cur {
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_BAD_STATEID)
+	}
+	ls.owner.seqid = a.Seqid
+	owner := ls.owner.vfsOwner()
+	t.mu.Unlock()
+	if err := q.s.fs.SetLock(q.ctx, ls.ino, locks.Lock{Start: start, End: end, Kind: locks.Unlock, Owner: owner}, false); err != nil {
+		return fail(statusOf(err))
+	}
+	t.mu.Lock()
+	ls.seq = bumpSeq(ls.seq)
+	res := sid(ls.other, ls.seq)
+	t.mu.Unlock()
+	q.setCurSid(res)
+	return &nfsv4.Locku4res_NFS4_OK{LockStateid: res}
+}
+
+// releaseLockowner (4.0) forgets a lock-owner and drops any locks it
+// still holds.
+func (q *request) releaseLockowner(o *nfsv4.StateOwner4) nfsv4.Nfsstat4 {
+	t := q.s.state
+	t.mu.Lock()
+	cl, st := q.clientFor(o.Clientid)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return st
+	}
+	lo := cl.lockOwners[string(o.Owner)]
+	if lo == nil {
+		t.mu.Unlock()
+		return nfsv4.NFS4_OK
+	}
+	var inos []vfs.Ino
+	for _, op := range cl.opens {
+		if ls := op.locks[lo]; ls != nil {
+			delete(op.locks, lo)
+			delete(t.states, ls.other)
+			inos = append(inos, ls.ino)
+		}
+	}
+	delete(cl.lockOwners, lo.key)
+	delete(t.lockOwners, lo.id)
+	t.mu.Unlock()
+	for _, ino := range inos {
+		q.s.fs.ReleaseLocks(ino, lo.vfsOwner())
+	}
+	return nfsv4.NFS4_OK
+}

@@ -1,0 +1,404 @@
+package nfs4
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/vfs"
+)
+
+// OPEN, OPEN_CONFIRM, OPEN_DOWNGRADE and CLOSE. An open state holds one
+// vfs handle with at least the access the state grants.
+
+// checkOwnerSeq applies 4.0 seqid ordering to an open-owner: the next
+// seqid, or the last one again (a retransmission, run again). Requires the
+// table mutex.
+func (q *request) checkOwnerSeq(oo *openOwner, seqid uint32) nfsv4.Nfsstat4 {
+	if q.minor >= 1 {
+		return nfsv4.NFS4_OK
+	}
+	if seqid != oo.seqid+1 && seqid != oo.seqid {
+		return nfsv4.NFS4ERR_BAD_SEQID
+	}
+	oo.seqid = seqid
+	return nfsv4.NFS4_OK
+}
+
+// openFlags are the open(2) flags for share access bits: a write open
+// also reads when the caller may (the client reads around partial page
+// writes through it).
+func (q *request) openFlags(access uint32, ino vfs.Ino) uint32 {
+	switch access {
+	case nfsv4.OPEN4_SHARE_ACCESS_READ:
+		return syscall.O_RDONLY
+	case nfsv4.OPEN4_SHARE_ACCESS_WRITE:
+		if ino != 0 && q.s.fs.Access(q.ctx, q.cred, ino, 4) == nil {
+			return syscall.O_RDWR
+		}
+		return syscall.O_WRONLY
+	}
+	return syscall.O_RDWR
+}
+
+func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Open4res { return &nfsv4.Open4res_default{Status: st} }
+	access, deny := a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_BOTH, a.ShareDeny
+	if access == 0 || deny > nfsv4.OPEN4_SHARE_DENY_BOTH {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	cl, st := q.clientFor(a.Owner.Clientid)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	key := string(a.Owner.Owner)
+	oo := cl.openOwners[key]
+	if oo == nil {
+		oo = &openOwner{client: cl, key: key, seqid: a.Seqid, confirmed: q.minor >= 1}
+		cl.openOwners[key] = oo
+	} else if st := q.checkOwnerSeq(oo, a.Seqid); st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	t.mu.Unlock()
+
+	var (
+		h       *vfs.Handle
+		ino     vfs.Ino
+		cinfo   nfsv4.ChangeInfo4
+		attrset attrMask
+	)
+	switch c := a.Claim.(type) {
+	case *nfsv4.OpenClaim4_CLAIM_NULL:
+		dir, st := q.curDir()
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if st := checkName(c.File); st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		before := changeAttr(&dir)
+		if how, ok := a.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
+			h, ino, attrset, st = q.openCreate(c.File, access, how.How)
+		} else {
+			h, ino, st = q.openName(c.File, access)
+		}
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		cinfo = q.cinfo(q.cur, before)
+	case *nfsv4.OpenClaim4_CLAIM_FH:
+		if _, ok := a.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
+			return fail(nfsv4.NFS4ERR_INVAL)
+		}
+		at, st := q.curAttr()
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if st := q.openable(&at); st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		var err error
+		if h, err = q.s.fs.Open(q.ctx, q.cred, q.cur, q.openFlags(access, q.cur)); err != nil {
+			return fail(statusOf(err))
+		}
+		ino = q.cur
+	case *nfsv4.OpenClaim4_CLAIM_PREVIOUS:
+		return fail(nfsv4.NFS4ERR_NO_GRACE) // nothing survives a restart
+	default:
+		return fail(nfsv4.NFS4ERR_NOTSUPP) // delegations are never granted
+	}
+
+	sid, confirm, st := q.s.addOpen(oo, ino, access, deny, h)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	q.setCur(ino)
+	q.setCurSid(sid)
+	flags := uint32(nfsv4.OPEN4_RESULT_LOCKTYPE_POSIX)
+	if confirm {
+		flags |= nfsv4.OPEN4_RESULT_CONFIRM
+	}
+	return &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{Stateid: sid, Cinfo: cinfo, Rflags: flags,
+		Attrset: attrset.words(), Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}}}
+}
+
+// openable checks that an object can be opened: only regular files can.
+func (q *request) openable(a *vfs.Attr) nfsv4.Nfsstat4 {
+	switch ftype(a) {
+	case nfsv4.NF4REG:
+		return nfsv4.NFS4_OK
+	case nfsv4.NF4DIR:
+		return nfsv4.NFS4ERR_ISDIR
+	case nfsv4.NF4LNK:
+		return nfsv4.NFS4ERR_SYMLINK
+	}
+	if q.minor >= 1 {
+		return nfsv4.NFS4ERR_WRONG_TYPE
+	}
+	return nfsv4.NFS4ERR_INVAL
+}
+
+// openName opens an existing file in the current directory.
+func (q *request) openName(name string, access uint32) (*vfs.Handle, vfs.Ino, nfsv4.Nfsstat4) {
+	a, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
+	if err != nil {
+		return nil, 0, statusOf(err)
+	}
+	if st := q.openable(&a); st != nfsv4.NFS4_OK {
+		return nil, 0, st
+	}
+	h, err := q.s.fs.Open(q.ctx, q.cred, a.Ino, q.openFlags(access, a.Ino))
+	if err != nil {
+		return nil, 0, statusOf(err)
+	}
+	return h, a.Ino, nfsv4.NFS4_OK
+}
+
+// verfTimes are the atime and mtime an exclusive create stores its
+// verifier in, until the client sets the real times.
+func verfTimes(v [8]byte) (atime, mtime int64) {
+	return int64(uint32(v[0])<<24|uint32(v[1])<<16|uint32(v[2])<<8|uint32(v[3])) * 1e9,
+		int64(uint32(v[4])<<24|uint32(v[5])<<16|uint32(v[6])<<8|uint32(v[7])) * 1e9
+}
+
+// openCreate implements OPEN4_CREATE in the current directory.
+func (q *request) openCreate(name string, access uint32, how nfsv4.Createhow4) (*vfs.Handle, vfs.Ino, attrMask, nfsv4.Nfsstat4) {
+	var (
+		sa    setAttrs
+		st    nfsv4.Nfsstat4
+		excl  bool
+		verf  *[8]byte
+		flags = q.openFlags(access, 0)
+	)
+	switch c := how.(type) {
+	case *nfsv4.Createhow4_UNCHECKED4:
+		sa, st = q.decodeSetAttrs(&c.Createattrs)
+	case *nfsv4.Createhow4_GUARDED4:
+		sa, st = q.decodeSetAttrs(&c.Createattrs)
+		excl = true
+	case *nfsv4.Createhow4_EXCLUSIVE4:
+		excl, verf = true, &c.Createverf
+	case *nfsv4.Createhow4_EXCLUSIVE4_1:
+		if q.minor == 0 {
+			return nil, 0, attrMask{}, nfsv4.NFS4ERR_INVAL
+		}
+		sa, st = q.decodeSetAttrs(&c.ChCreateboth.CvaAttrs)
+		if st == nfsv4.NFS4_OK && sa.in.Valid&(vfs.SetAtime|vfs.SetMtime|vfs.SetAtimeNow|vfs.SetMtimeNow) != 0 {
+			st = nfsv4.NFS4ERR_INVAL
+		}
+		excl, verf = true, &c.ChCreateboth.CvaVerf
+	default:
+		st = nfsv4.NFS4ERR_INVAL
+	}
+	if st != nfsv4.NFS4_OK {
+		return nil, 0, attrMask{}, st
+	}
+	mode := uint32(0o644)
+	if sa.in.Valid&vfs.SetMode != 0 {
+		mode = sa.in.Mode
+	}
+	if excl {
+		flags |= syscall.O_EXCL
+	}
+	truncate := sa.in.Valid&vfs.SetSize != 0 && sa.in.Size == 0
+	if truncate {
+		flags |= syscall.O_TRUNC
+	}
+	_, lookErr := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
+	existed := lookErr == nil
+	a, h, err := q.s.fs.Create(q.ctx, q.cred, q.cur, name, mode, flags)
+	if errors.Is(err, syscall.EEXIST) && verf != nil {
+		// A retransmitted exclusive create finds its own file.
+		ex, lerr := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
+		if lerr != nil {
+			return nil, 0, attrMask{}, statusOf(lerr)
+		}
+		at, mt := verfTimes(*verf)
+		if !ex.IsRegular() || ex.Atime != at || ex.Mtime != mt {
+			return nil, 0, attrMask{}, nfsv4.NFS4ERR_EXIST
+		}
+		h, err := q.s.fs.Open(q.ctx, q.cred, ex.Ino, flags&^(syscall.O_EXCL|syscall.O_TRUNC))
+		if err != nil {
+			return nil, 0, attrMask{}, statusOf(err)
+		}
+		return h, ex.Ino, attrMask{}, nfsv4.NFS4_OK
+	}
+	if err != nil {
+		return nil, 0, attrMask{}, statusOf(err)
+	}
+	if !a.IsRegular() {
+		h.Release(q.ctx)
+		return nil, 0, attrMask{}, q.openable(&a)
+	}
+	set := attrMask{}
+	if !existed {
+		rest := sa.in
+		rest.Valid &^= vfs.SetMode | vfs.SetSize
+		if verf != nil {
+			rest.Valid |= vfs.SetAtime | vfs.SetMtime
+			rest.Atime, rest.Mtime = verfTimes(*verf)
+		}
+		if rest.Valid != 0 {
+			if _, err := q.s.fs.SetAttr(q.ctx, q.cred, a.Ino, rest); err != nil {
+				h.Release(q.ctx)
+				return nil, 0, attrMask{}, statusOf(err)
+			}
+		}
+		set = sa.set
+	} else if truncate {
+		set.set(nfsv4.FATTR4_SIZE)
+	}
+	return h, a.Ino, set, nfsv4.NFS4_OK
+}
+
+// addOpen records an open of ino by oo with handle h: a new open state, or
+// an upgrade of the owner's existing one. Share reservations of other
+// owners are checked. It reports whether a 4.0 owner must confirm.
+func (s *Server) addOpen(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs.Handle) (nfsv4.Stateid4, bool, nfsv4.Nfsstat4) {
+	t := s.state
+	t.mu.Lock()
+	if t.clients[oo.client.id] != oo.client {
+		t.mu.Unlock()
+		h.Release(context.Background())
+		return nfsv4.Stateid4{}, false, nfsv4.NFS4ERR_EXPIRED
+	}
+	for _, o := range t.opensByIno[ino] {
+		if o.owner != oo && (o.deny&access != 0 || o.access&deny != 0) {
+			t.mu.Unlock()
+			h.Release(context.Background())
+			return nfsv4.Stateid4{}, false, nfsv4.NFS4ERR_SHARE_DENIED
+		}
+	}
+	k := openKey{oo.key, ino}
+	o := oo.client.opens[k]
+	var spare *vfs.Handle
+	if o == nil {
+		o = &openState{other: t.newOther(), seq: 1, owner: oo, ino: ino, access: access, deny: deny, h: h,
+			locks: map[*lockOwner]*lockState{}}
+		oo.client.opens[k] = o
+		t.states[o.other] = o
+		t.opensByIno[ino] = append(t.opensByIno[ino], o)
+	} else {
+		o.access |= access
+		o.deny |= deny
+		o.seq = bumpSeq(o.seq)
+		if (o.access&nfsv4.OPEN4_SHARE_ACCESS_WRITE != 0 && !o.h.Writable()) ||
+			(o.access&nfsv4.OPEN4_SHARE_ACCESS_READ != 0 && !o.h.Readable()) {
+			o.retired = append(o.retired, o.h)
+			o.h = h
+		} else {
+			spare = h
+		}
+	}
+	res := sid(o.other, o.seq)
+	confirm := !oo.confirmed
+	hs := o.takeHandles()
+	t.mu.Unlock()
+	if spare != nil {
+		hs = append(hs, spare)
+	}
+	for _, x := range hs {
+		x.Release(context.Background())
+	}
+	return res, confirm, nfsv4.NFS4_OK
+}
+
+func (q *request) openConfirm(a *nfsv4.OpenConfirm4args) nfsv4.OpenConfirm4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.OpenConfirm4res { return &nfsv4.OpenConfirm4res_default{Status: st} }
+	if st := q.needFH(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x, st := q.lookupState(a.OpenStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	o, ok := x.(*openState)
+	if !ok || o.ino != q.cur {
+		return fail(nfsv4.NFS4ERR_BAD_STATEID)
+	}
+	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	o.owner.confirmed = true
+	o.seq = bumpSeq(o.seq)
+	return &nfsv4.OpenConfirm4res_NFS4_OK{Resok4: nfsv4.OpenConfirm4resok{OpenStateid: sid(o.other, o.seq)}}
+}
+
+func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.OpenDowngrade4res { return &nfsv4.OpenDowngrade4res_default{Status: st} }
+	if st := q.needFH(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	s, st := q.resolveSid(a.OpenStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	access := a.ShareAccess & nfsv4.OPEN4_SHARE_ACCESS_BOTH
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x, st := q.lookupState(s)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	o, ok := x.(*openState)
+	if !ok || o.ino != q.cur {
+		return fail(nfsv4.NFS4ERR_BAD_STATEID)
+	}
+	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if access == 0 || access&^o.access != 0 || a.ShareDeny&^o.deny != 0 {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	o.access, o.deny = access, a.ShareDeny
+	o.seq = bumpSeq(o.seq)
+	res := sid(o.other, o.seq)
+	q.setCurSid(res)
+	return &nfsv4.OpenDowngrade4res_NFS4_OK{Resok4: nfsv4.OpenDowngrade4resok{OpenStateid: res}}
+}
+
+func (q *request) close(a *nfsv4.Close4args) nfsv4.Close4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.Close4res { return &nfsv4.Close4res_default{Status: st} }
+	if st := q.needFH(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	s, st := q.resolveSid(a.OpenStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	x, st := q.lookupState(s)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	o, ok := x.(*openState)
+	if !ok || o.ino != q.cur {
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_BAD_STATEID)
+	}
+	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
+	o.seq = bumpSeq(o.seq)
+	res := sid(o.other, o.seq)
+	ls := t.removeOpen(o)
+	t.mu.Unlock()
+	for _, l := range ls {
+		q.s.fs.ReleaseLocks(l.ino, l.owner.vfsOwner())
+	}
+	q.s.releaseOpens([]*openState{o})
+	return &nfsv4.Close4res_NFS4_OK{OpenStateid: res}
+}

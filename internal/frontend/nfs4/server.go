@@ -1,0 +1,214 @@
+package nfs4
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"bucketfs/internal/vfs"
+)
+
+// Options configure a Server.
+type Options struct {
+	// AllowNets: client networks allowed to connect (nil = any); other
+	// connections are closed at accept.
+	AllowNets []netip.Prefix
+	// RootSquash maps uid 0 (and gid 0) to nobody (65534).
+	RootSquash bool
+	// AllowAuthNone accepts AUTH_NONE callers, who run as nobody;
+	// otherwise they are refused with AUTH_TOOWEAK.
+	AllowAuthNone bool
+	// LeaseTime is the lease a client must renew (default 90s).
+	LeaseTime time.Duration
+	Logger    *slog.Logger
+}
+
+// Limits of one request and of concurrency.
+const (
+	maxIO          = 1 << 20          // READ and WRITE payload (maxread, maxwrite)
+	maxRecord      = maxIO + 64<<10   // one RPC request
+	maxReply       = maxIO + 64<<10   // one COMPOUND reply
+	maxOps         = 64               // operations in one COMPOUND
+	maxSlots       = 32               // session slots
+	maxCachedReply = 64 << 10         // cached reply per slot
+	connInflight   = 16               // requests in progress per connection
+	serverInflight = 128              // requests in progress per server
+	nobody         = 65534            // uid and gid of squashed and AUTH_NONE callers
+	nfsProgram     = 100003           // ONC RPC program number of NFS
+	idleTimeout    = 15 * time.Minute // a connection silent this long is closed
+	writeTimeout   = 60 * time.Second // bound on writing one reply
+	defaultLease   = 90 * time.Second // lease when Options.LeaseTime is zero
+	readBufSize    = 64 << 10         // buffered reader per connection
+	cookieCacheCap = 1 << 16          // READDIR cookies remembered, all directories
+)
+
+// Server is an NFSv4 server over one vfs.FS. It is safe for concurrent
+// use; Serve may run on several listeners at once.
+type Server struct {
+	fs       *vfs.FS
+	fsid     string
+	fsidHash uint64
+	opts     Options
+	log      *slog.Logger
+	lease    time.Duration
+
+	// writeVerf changes on every start: a client that sees it change
+	// resends its unstable writes.
+	writeVerf [8]byte
+	// boot prefixes client ids and stateids of this instance.
+	boot uint32
+
+	state   *stateTable
+	cookies *cookieCache
+
+	inflight chan struct{} // server-wide request slots
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	stop      chan struct{}
+	reaperWG  sync.WaitGroup
+}
+
+// New returns a server for fs. fsid is the file system's id (the engine's
+// Meta().Fsid()), which filehandles carry.
+func New(fs *vfs.FS, fsid string, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.LeaseTime <= 0 {
+		opts.LeaseTime = defaultLease
+	}
+	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), opts: opts,
+		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime,
+		cookies:   newCookieCache(cookieCacheCap),
+		inflight:  make(chan struct{}, serverInflight),
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
+		stop: make(chan struct{})}
+	var seed [12]byte
+	rand.Read(seed[:])
+	copy(s.writeVerf[:], seed[:8])
+	s.boot = binary.BigEndian.Uint32(seed[8:]) | 1
+	s.state = newStateTable(s.boot)
+	s.reaperWG.Add(1)
+	go s.reap()
+	return s
+}
+
+// Serve accepts connections on ln until ctx is done, ln is closed or the
+// server is closed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) || s.isClosed() {
+				return nil
+			}
+			// Out of descriptors and the like: back off and retry.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		delay = 0
+		if !s.allowed(nc.RemoteAddr()) {
+			s.log.Info("connection refused: network not allowed", "remote", nc.RemoteAddr().String())
+			nc.Close()
+			continue
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// allowed reports whether a client at addr may connect.
+func (s *Server) allowed(addr net.Addr) bool {
+	if s.opts.AllowNets == nil {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range s.opts.AllowNets {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) dropConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Close stops every listener and connection and releases all open files
+// and locks the clients held.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	close(s.stop)
+	s.reaperWG.Wait()
+	for _, cl := range s.state.allClients() {
+		s.expire(cl)
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package nfs4
+
+import (
+	"bytes"
+	"encoding/binary"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// session is a 4.1 session: a fore channel with a slot table. Each slot
+// remembers the sequence id of its last request and, when it was small
+// enough, that request's whole COMPOUND reply, which answers a
+// retransmission.
+type session struct {
+	id     [16]byte
+	client *client
+	slots  []slot
+	fore   nfsv4.ChannelAttrs4
+	back   nfsv4.ChannelAttrs4
+}
+
+type slot struct {
+	seq   uint32
+	busy  bool
+	reply []byte // nil: not cached
+}
+
+const (
+	serverOwner = "bucketfs"
+	serverScope = "bucketfs"
+)
+
+// exchangeID registers a 4.1 client (RFC 8881 18.35), non-pNFS.
+func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.ExchangeId4res { return &nfsv4.ExchangeId4res_default{EirStatus: st} }
+	if _, ok := a.EiaStateProtect.(*nfsv4.StateProtect4A_SP4_NONE); !ok {
+		return fail(nfsv4.NFS4ERR_ENCR_ALG_UNSUPP)
+	}
+	const known = nfsv4.EXCHGID4_FLAG_SUPP_MOVED_REFER | nfsv4.EXCHGID4_FLAG_SUPP_MOVED_MIGR |
+		nfsv4.EXCHGID4_FLAG_BIND_PRINC_STATEID | nfsv4.EXCHGID4_FLAG_USE_NON_PNFS |
+		nfsv4.EXCHGID4_FLAG_USE_PNFS_MDS | nfsv4.EXCHGID4_FLAG_USE_PNFS_DS |
+		nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A | nfsv4.EXCHGID4_FLAG_SUPP_FENCE_OPS
+	if a.EiaFlags&^uint32(known) != 0 {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	key := "4.1:" + string(a.EiaClientowner.CoOwnerid)
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	flags := uint32(nfsv4.EXCHGID4_FLAG_USE_NON_PNFS)
+	conf := t.confirmed[key]
+	var cl *client
+	switch {
+	case conf != nil && conf.verifier == a.EiaClientowner.CoVerifier:
+		cl = conf
+		flags |= nfsv4.EXCHGID4_FLAG_CONFIRMED_R
+	case a.EiaFlags&nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0:
+		if conf == nil {
+			return fail(nfsv4.NFS4ERR_NOENT)
+		}
+		return fail(nfsv4.NFS4ERR_NOT_SAME)
+	default:
+		// A new client, or a rebooted one (its old record goes when the
+		// new one is confirmed by CREATE_SESSION).
+		if old := t.unconfirmed[key]; old != nil {
+			t.removeClient(old)
+		}
+		cl = q.s.newClient(key, a.EiaClientowner.CoVerifier, true)
+		t.unconfirmed[key] = cl
+	}
+	cl.renew()
+	return &nfsv4.ExchangeId4res_NFS4_OK{EirResok4: nfsv4.ExchangeId4resok{
+		EirClientid:     cl.id,
+		EirSequenceid:   cl.csSeq,
+		EirFlags:        flags,
+		EirStateProtect: &nfsv4.StateProtect4R_SP4_NONE{},
+		EirServerOwner:  nfsv4.ServerOwner4{SoMinorId: 0, SoMajorId: []byte(serverOwner)},
+		EirServerScope:  []byte(serverScope),
+		EirServerImplId: []nfsv4.NfsImplId4{{NiiDomain: "bucketfs", NiiName: "bucketfs nfs4"}},
+	}}
+}
+
+// newClient makes a client record. Requires the table mutex.
+func (s *Server) newClient(key string, verf [8]byte, minor41 bool) *client {
+	t := s.state
+	cl := &client{id: t.newID(), key: key, verifier: verf, minor41: minor41, csSeq: 1,
+		lastRenew: time.Now(), sessions: map[[16]byte]*session{},
+		openOwners: map[string]*openOwner{}, lockOwners: map[string]*lockOwner{},
+		opens: map[openKey]*openState{}}
+	t.clients[cl.id] = cl
+	return cl
+}
+
+// createSession confirms a client and gives it a session (RFC 8881 18.36).
+func (q *request) createSession(a *nfsv4.CreateSession4args) nfsv4.CreateSession4res {
+	fail := func(st nfsv4.Nfsstat4) nfsv4.CreateSession4res {
+		return &nfsv4.CreateSession4res_default{CsrStatus: st}
+	}
+	t := q.s.state
+	t.mu.Lock()
+	cl := t.clients[a.CsaClientid]
+	if cl == nil || !cl.minor41 {
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_STALE_CLIENTID)
+	}
+	switch {
+	case a.CsaSequence == cl.csSeq:
+	case a.CsaSequence+1 == cl.csSeq && cl.csLast != nil:
+		r := *cl.csLast
+		t.mu.Unlock()
+		return &nfsv4.CreateSession4res_NFS4_OK{CsrResok4: r}
+	default:
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_SEQ_MISORDERED)
+	}
+	fc := a.CsaForeChanAttrs
+	if fc.CaMaxrequests == 0 || fc.CaMaxrequestsize < 256 || fc.CaMaxresponsesize < 256 {
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_TOOSMALL)
+	}
+	fore := nfsv4.ChannelAttrs4{
+		CaMaxrequestsize:        min(fc.CaMaxrequestsize, maxRecord),
+		CaMaxresponsesize:       min(fc.CaMaxresponsesize, maxReply),
+		CaMaxresponsesizeCached: min(fc.CaMaxresponsesizeCached, maxCachedReply),
+		CaMaxoperations:         min(max(fc.CaMaxoperations, 1), maxOps),
+		CaMaxrequests:           min(fc.CaMaxrequests, maxSlots),
+	}
+	se := &session{client: cl, slots: make([]slot, fore.CaMaxrequests), fore: fore, back: a.CsaBackChanAttrs}
+	binary.BigEndian.PutUint32(se.id[:4], t.boot)
+	binary.BigEndian.PutUint64(se.id[4:12], t.newID())
+	copy(se.id[12:], "bkfs")
+	se.back.CaRdmaIrd = nil
+	t.sessions[se.id] = se
+	cl.sessions[se.id] = se
+	var old []*openState
+	var oldID uint64
+	if !cl.confirmed {
+		cl.confirmed = true
+		delete(t.unconfirmed, cl.key)
+		if prev := t.confirmed[cl.key]; prev != nil && prev != cl {
+			oldID = prev.id
+			old = t.removeClient(prev)
+		}
+		t.confirmed[cl.key] = cl
+	}
+	res := nfsv4.CreateSession4resok{CsrSessionid: se.id, CsrSequence: a.CsaSequence,
+		CsrFlags: 0, CsrForeChanAttrs: fore, CsrBackChanAttrs: se.back}
+	cl.csLast = &res
+	cl.csSeq++
+	cl.renew()
+	t.mu.Unlock()
+	if oldID != 0 {
+		q.s.releaseOpens(old)
+		q.s.fs.ReleaseClientLocks(oldID)
+	}
+	return &nfsv4.CreateSession4res_NFS4_OK{CsrResok4: res}
+}
+
+// sequence opens a 4.1 request on a session slot (RFC 8881 18.46). A
+// retransmission of the slot's last request returns its cached reply.
+func (q *request) sequence(a *nfsv4.Sequence4args) (opResult, nfsv4.Nfsstat4, []byte) {
+	fail := func(st nfsv4.Nfsstat4) (opResult, nfsv4.Nfsstat4, []byte) {
+		return &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_default{SrStatus: st}}, st, nil
+	}
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	se := t.sessions[a.SaSessionid]
+	if se == nil {
+		return fail(nfsv4.NFS4ERR_BADSESSION)
+	}
+	if a.SaSlotid >= uint32(len(se.slots)) {
+		return fail(nfsv4.NFS4ERR_BADSLOT)
+	}
+	sl := &se.slots[a.SaSlotid]
+	switch {
+	case a.SaSequenceid == sl.seq && sl.seq != 0:
+		if sl.busy {
+			return fail(nfsv4.NFS4ERR_DELAY)
+		}
+		se.client.renew()
+		if sl.reply == nil {
+			return fail(nfsv4.NFS4ERR_RETRY_UNCACHED_REP)
+		}
+		return nil, nfsv4.NFS4_OK, bytes.Clone(sl.reply)
+	case a.SaSequenceid == sl.seq+1:
+		if sl.busy {
+			return fail(nfsv4.NFS4ERR_DELAY)
+		}
+	default:
+		return fail(nfsv4.NFS4ERR_SEQ_MISORDERED)
+	}
+	sl.seq = a.SaSequenceid
+	sl.busy = true
+	sl.reply = nil
+	se.client.renew()
+	q.sess, q.slot, q.client = se, sl, se.client
+	high := uint32(len(se.slots) - 1)
+	return &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: nfsv4.Sequence4resok{
+		SrSessionid: se.id, SrSequenceid: a.SaSequenceid, SrSlotid: a.SaSlotid,
+		SrHighestSlotid: high, SrTargetHighestSlotid: high,
+	}}}, nfsv4.NFS4_OK, nil
+}
+
+// releaseSlot ends the request's use of its slot, caching reply when it is
+// small enough to keep.
+func (q *request) releaseSlot(reply []byte) {
+	if q.slot == nil {
+		return
+	}
+	t := q.s.state
+	t.mu.Lock()
+	if limit := min(max(int(q.sess.fore.CaMaxresponsesizeCached), 4096), maxCachedReply); reply != nil && len(reply) <= limit {
+		q.slot.reply = bytes.Clone(reply)
+	}
+	q.slot.busy = false
+	q.client.renew()
+	t.mu.Unlock()
+	q.slot = nil
+}
+
+// needSession checks that a 4.1 request runs in a session (4.0 has none).
+func (q *request) needSession() nfsv4.Nfsstat4 {
+	if q.minor >= 1 && q.sess == nil {
+		return nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+	}
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) destroySession(id [16]byte) nfsv4.Nfsstat4 {
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	se := t.sessions[id]
+	if se == nil {
+		return nfsv4.NFS4ERR_BADSESSION
+	}
+	delete(t.sessions, id)
+	delete(se.client.sessions, id)
+	return nfsv4.NFS4_OK
+}
+
+// bindConn binds the connection to a session. There is no back channel,
+// but a client asking for "fore or both" must hear BOTH or it drops the
+// connection.
+func (q *request) bindConn(a *nfsv4.BindConnToSession4args) nfsv4.BindConnToSession4res {
+	t := q.s.state
+	t.mu.Lock()
+	se := t.sessions[a.BctsaSessid]
+	if se != nil {
+		se.client.renew()
+	}
+	t.mu.Unlock()
+	if se == nil {
+		return &nfsv4.BindConnToSession4res_default{BctsrStatus: nfsv4.NFS4ERR_BADSESSION}
+	}
+	var dir nfsv4.ChannelDirFromServer4
+	switch a.BctsaDir {
+	case nfsv4.CDFC4_FORE:
+		dir = nfsv4.CDFS4_FORE
+	case nfsv4.CDFC4_FORE_OR_BOTH, nfsv4.CDFC4_BACK_OR_BOTH:
+		dir = nfsv4.CDFS4_BOTH
+	default:
+		return &nfsv4.BindConnToSession4res_default{BctsrStatus: nfsv4.NFS4ERR_INVAL}
+	}
+	return &nfsv4.BindConnToSession4res_NFS4_OK{BctsrResok4: nfsv4.BindConnToSession4resok{
+		BctsrSessid: se.id, BctsrDir: dir}}
+}
+
+func (q *request) destroyClientID(id uint64) nfsv4.Nfsstat4 {
+	t := q.s.state
+	t.mu.Lock()
+	cl := t.clients[id]
+	switch {
+	case cl == nil:
+		t.mu.Unlock()
+		return nfsv4.NFS4ERR_STALE_CLIENTID
+	case len(cl.sessions) > 0:
+		t.mu.Unlock()
+		return nfsv4.NFS4ERR_CLIENTID_BUSY
+	}
+	t.mu.Unlock()
+	q.s.expire(cl)
+	return nfsv4.NFS4_OK
+}
+
+// reclaimComplete: there is no grace period (locks and opens do not
+// survive a restart), so there is nothing to reclaim.
+func (q *request) reclaimComplete() nfsv4.Nfsstat4 {
+	if q.sess == nil {
+		return nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+	}
+	return nfsv4.NFS4_OK
+}
+
+func (q *request) testStateid(sids []nfsv4.Stateid4) nfsv4.TestStateid4res {
+	t := q.s.state
+	codes := make([]nfsv4.Nfsstat4, 0, len(sids))
+	t.mu.Lock()
+	for _, s := range sids {
+		if isSpecial(s) {
+			codes = append(codes, nfsv4.NFS4ERR_BAD_STATEID)
+			continue
+		}
+		_, st := q.lookupState(s)
+		codes = append(codes, st)
+	}
+	t.mu.Unlock()
+	return &nfsv4.TestStateid4res_NFS4_OK{TsrResok4: nfsv4.TestStateid4resok{TsrStatusCodes: codes}}
+}
+
+// freeStateid forgets a lock stateid (releasing any locks left under it);
+// an open stateid must be closed instead.
+func (q *request) freeStateid(s nfsv4.Stateid4) nfsv4.Nfsstat4 {
+	s, st := q.resolveSid(s)
+	if st != nfsv4.NFS4_OK {
+		return st
+	}
+	t := q.s.state
+	t.mu.Lock()
+	x, st := q.lookupState(s)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return st
+	}
+	l, ok := x.(*lockState)
+	if !ok {
+		t.mu.Unlock()
+		return nfsv4.NFS4ERR_LOCKS_HELD
+	}
+	delete(t.states, l.other)
+	delete(l.open.locks, l.owner)
+	t.mu.Unlock()
+	q.s.fs.ReleaseLocks(l.ino, l.owner.vfsOwner())
+	return nfsv4.NFS4_OK
+}

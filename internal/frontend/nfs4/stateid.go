@@ -1,0 +1,181 @@
+package nfs4
+
+import (
+	"encoding/binary"
+	"syscall"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/vfs"
+)
+
+var (
+	anonOther   [12]byte
+	bypassOther = [12]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+)
+
+// resolveSid substitutes the 4.1 current stateid (seqid 1, other zero).
+func (q *request) resolveSid(s nfsv4.Stateid4) (nfsv4.Stateid4, nfsv4.Nfsstat4) {
+	if q.minor >= 1 && s.Seqid == 1 && s.Other == anonOther {
+		if !q.hasCurSid {
+			return s, nfsv4.NFS4ERR_BAD_STATEID
+		}
+		return q.curSid, nfsv4.NFS4_OK
+	}
+	return s, nfsv4.NFS4_OK
+}
+
+// isSpecial reports the anonymous (all zeros) and READ bypass (all ones)
+// stateids, which carry no state.
+func isSpecial(s nfsv4.Stateid4) bool {
+	return s.Seqid == 0 && s.Other == anonOther || s.Seqid == 0xffffffff && s.Other == bypassOther
+}
+
+// lookupState finds the open or lock state a stateid names, checking its
+// seqid, and renews the owning client's lease. Requires t.mu.
+func (q *request) lookupState(s nfsv4.Stateid4) (any, nfsv4.Nfsstat4) {
+	t := q.s.state
+	if binary.BigEndian.Uint32(s.Other[:4]) != t.boot {
+		if q.minor == 0 {
+			return nil, nfsv4.NFS4ERR_STALE_STATEID
+		}
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	x, ok := t.states[s.Other]
+	if !ok {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	var seq uint32
+	var cl *client
+	switch v := x.(type) {
+	case *openState:
+		seq, cl = v.seq, v.owner.client
+	case *lockState:
+		seq, cl = v.seq, v.owner.client
+	}
+	if q.client != nil && cl != q.client {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	if !(q.minor >= 1 && s.Seqid == 0) {
+		if s.Seqid > seq {
+			return nil, nfsv4.NFS4ERR_BAD_STATEID
+		}
+		if s.Seqid < seq {
+			return nil, nfsv4.NFS4ERR_OLD_STATEID
+		}
+	}
+	cl.renew()
+	return x, nfsv4.NFS4_OK
+}
+
+// openOf returns the open state of a stateid naming an open (or a lock
+// derived from one) on the current file.
+func (q *request) openOf(s nfsv4.Stateid4) (*openState, nfsv4.Nfsstat4) {
+	s, st := q.resolveSid(s)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x, st := q.lookupState(s)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	var o *openState
+	switch v := x.(type) {
+	case *openState:
+		o = v
+	case *lockState:
+		o = v.open
+	}
+	if o.ino != q.cur {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	return o, nfsv4.NFS4_OK
+}
+
+// ioHandle is a handle an I/O operation uses and then gives back with
+// done: an open state's, or a temporary one for the special stateids.
+type ioHandle struct {
+	h    *vfs.Handle
+	done func()
+}
+
+// handleFor returns a handle for reading (or writing) the current file
+// under stateid s, checking the share access the state holds.
+func (q *request) handleFor(s nfsv4.Stateid4, write bool) (ioHandle, nfsv4.Nfsstat4) {
+	if st := q.needFH(); st != nfsv4.NFS4_OK {
+		return ioHandle{}, st
+	}
+	return q.handleOn(q.cur, s, write)
+}
+
+// handleOn is handleFor on file ino (COPY's source is the saved
+// filehandle).
+func (q *request) handleOn(ino vfs.Ino, s nfsv4.Stateid4, write bool) (ioHandle, nfsv4.Nfsstat4) {
+	s, st := q.resolveSid(s)
+	if st != nfsv4.NFS4_OK {
+		return ioHandle{}, st
+	}
+	if isSpecial(s) {
+		return q.tempHandle(ino, write)
+	}
+	t := q.s.state
+	t.mu.Lock()
+	x, st := q.lookupState(s)
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return ioHandle{}, st
+	}
+	var o *openState
+	switch v := x.(type) {
+	case *openState:
+		o = v
+	case *lockState:
+		o = v.open
+	}
+	if o.ino != ino || o.dead || o.h == nil {
+		t.mu.Unlock()
+		return ioHandle{}, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	if write && o.access&nfsv4.OPEN4_SHARE_ACCESS_WRITE == 0 {
+		t.mu.Unlock()
+		return ioHandle{}, nfsv4.NFS4ERR_OPENMODE
+	}
+	o.refs++
+	h := o.h
+	readable := o.access&nfsv4.OPEN4_SHARE_ACCESS_READ != 0 || o.h.Readable()
+	t.mu.Unlock()
+	if !write && !readable {
+		// A write-only open may read what the caller may read (the
+		// client reads around partial page writes).
+		q.s.unref(o)
+		return q.tempHandle(ino, false)
+	}
+	return ioHandle{h: h, done: func() { q.s.unref(o) }}, nfsv4.NFS4_OK
+}
+
+// tempHandle opens the current file for one operation, with the caller's
+// permissions.
+func (q *request) tempHandle(ino vfs.Ino, write bool) (ioHandle, nfsv4.Nfsstat4) {
+	flags := uint32(syscall.O_RDONLY)
+	if write {
+		flags = syscall.O_WRONLY
+	}
+	a, st := q.s.attrOf(q.ctx, ino)
+	if st != nfsv4.NFS4_OK {
+		return ioHandle{}, st
+	}
+	if a.IsDir() {
+		return ioHandle{}, nfsv4.NFS4ERR_ISDIR
+	}
+	if !a.IsRegular() {
+		return ioHandle{}, nfsv4.NFS4ERR_INVAL
+	}
+	h, err := q.s.fs.Open(q.ctx, q.cred, ino, flags)
+	if err != nil {
+		return ioHandle{}, statusOf(err)
+	}
+	return ioHandle{h: h, done: func() { h.Release(q.ctx) }}, nfsv4.NFS4_OK
+}
