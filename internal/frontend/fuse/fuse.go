@@ -31,8 +31,11 @@ type Options struct {
 	// attributes and names (default 1s).
 	AttrTimeout, EntryTimeout time.Duration
 	// Name shows as the mount's source in /proc/mounts.
-	Name  string
-	Debug bool
+	Name string
+	// ReadAheadKB is the kernel read-ahead window for the mount (default
+	// 16 MiB; negative: leave the kernel's).
+	ReadAheadKB int
+	Debug       bool
 }
 
 type server struct {
@@ -59,6 +62,9 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 	}
 	if opts.Name == "" {
 		opts.Name = "bucketfs"
+	}
+	if opts.ReadAheadKB == 0 {
+		opts.ReadAheadKB = 16 << 10
 	}
 	st, err := os.Stat(mountpoint)
 	switch {
@@ -94,7 +100,25 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	setReadAhead(mountpoint, opts.ReadAheadKB)
 	return srv, nil
+}
+
+// setReadAhead widens the kernel's read-ahead window for the mount. The
+// kernel gives a FUSE mount 128 KiB whatever the server asks for, so
+// sequential reads would reach us one request at a time; a wider window
+// keeps several large reads in flight. It needs root and is skipped
+// otherwise (reads still work, only slower).
+func setReadAhead(mountpoint string, kb int) {
+	if kb <= 0 {
+		return
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(mountpoint, &st); err != nil {
+		return
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", st.Dev>>8&0xfff, st.Dev&0xff|st.Dev>>12&0xfff00)
+	os.WriteFile(path, []byte(fmt.Sprint(kb)), 0o644)
 }
 
 func (s *server) String() string { return "bucketfs" }
