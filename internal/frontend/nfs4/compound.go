@@ -72,7 +72,7 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 	}
 	r.Seek(int64(len(args)-len(x.b)), io.SeekStart)
 	if !utf8.Valid(tag) {
-		return encodeCompound(tag, nfsv4.NFS4ERR_INVAL, nil), true
+		return encodeCompound(nil, nfsv4.NFS4ERR_INVAL, nil), true
 	}
 	if minor > 2 {
 		return encodeCompound(tag, nfsv4.NFS4ERR_MINOR_VERS_MISMATCH, nil), true
