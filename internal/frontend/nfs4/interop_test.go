@@ -81,7 +81,7 @@ func TestTheGoClientRoundTripsFilesOnEveryMinorVersion(t *testing.T) {
 // Debian's libnfs tools speak NFSv4.0: a client nobody here wrote.
 func TestLibnfsToolsListReadAndWrite(t *testing.T) {
 	if _, err := exec.LookPath("nfs-ls"); err != nil {
-		t.Skip("libnfs-utils not installed")
+		t.Fatal("nfs-ls not found: install libnfs-utils (.ci/run does)")
 	}
 	e := newEnv(t, Options{})
 	e.put("dir/hello.txt", []byte("hello libnfs\n"))
