@@ -10,9 +10,11 @@ import (
 )
 
 // On-disk layout: dir/XX/YY/<ino as 16 hex digits>.data and .map, where XX
-// and YY are the low and next-lowest byte of the inode number in hex. Inode
-// numbers are mostly allocated in sequence, so the low bytes spread them
-// evenly over 65536 leaf directories, created on first use.
+// and YY are the third and second byte of the inode number in hex. Inode
+// numbers are mostly allocated in sequence, so runs of 256 consecutive inodes
+// share a leaf directory (creating many files costs one mkdir per 256, not
+// one per file), and 16 million inodes spread over all 65536 leaves; leaf
+// directories are created on first use.
 
 const (
 	dataSuffix = ".data"
@@ -24,7 +26,7 @@ const hexDigits = "0123456789abcdef"
 
 func (t *Tier) leafDir(ino uint64) string {
 	b := [5]byte{
-		hexDigits[ino>>4&0xf], hexDigits[ino&0xf], '/',
+		hexDigits[ino>>20&0xf], hexDigits[ino>>16&0xf], '/',
 		hexDigits[ino>>12&0xf], hexDigits[ino>>8&0xf],
 	}
 	return filepath.Join(t.dir, string(b[:]))
