@@ -211,7 +211,11 @@ func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 	kind := r.classify(off)
 	switch kind {
 	case streamRead:
-		r.pos = max(r.pos, end)
+		if off <= r.pos+r.slack {
+			// Only reads near the position move it: one that overtook
+			// others leaves them in the stream.
+			r.pos = max(r.pos, end)
+		}
 		// Never fetch again what trimming just released.
 		r.front = max(r.front, r.pos-r.slack)
 		r.jumps = 0
@@ -247,7 +251,11 @@ func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 // classify tells how a read at off relates to the reads before it.
 // Requires r.mu.
 func (r *Reader) classify(off int64) access {
-	if r.stream && off >= r.pos-r.slack && off <= max(r.pos+r.slack, r.front) {
+	// Clients keep several sequential reads in flight (the kernel's
+	// read-ahead, an NFS client's parallel READs), so reads arrive out of
+	// order up to a few chunks ahead of the stream position: still the
+	// stream, not a jump.
+	if r.stream && off >= r.pos-r.slack && off <= max(r.pos+4*r.slack, r.front) {
 		return streamRead
 	}
 	if off >= r.last[0] && off <= r.last[1]+randomRound {

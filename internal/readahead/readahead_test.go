@@ -546,3 +546,37 @@ func BenchmarkSequentialRead256MiB(b *testing.B) {
 		r.Close()
 	}
 }
+
+// An NFS client keeps many READs of one sequential stream in flight; they
+// reach the server out of order, several blocks ahead of the stream's
+// position. Such reads must not count as jumps (two jumps drop the stream
+// and what it fetched, which is then fetched again).
+func TestReadsSeveralBlocksAheadStayInTheStream(t *testing.T) {
+	const size, block = 128 << 20, 1 << 20
+	src := newSource(size, 0)
+	r := newReader(t, src, Options{})
+	got := make([]byte, size)
+	read := func(off int64) {
+		t.Helper()
+		if _, err := r.ReadAt(context.Background(), got[off:off+block], off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for off := int64(0); off < 8*block; off += block {
+		read(off)
+	}
+	// Two reads that overtook the ones before them.
+	read(20 * block)
+	read(21 * block)
+	for off := int64(8 * block); off < size; off += block {
+		if off != 20*block && off != 21*block {
+			read(off)
+		}
+	}
+	if !bytes.Equal(got, src.data) {
+		t.Fatal("bytes differ")
+	}
+	if f := r.Stats().BytesFetched; f > size*11/10 {
+		t.Fatalf("fetched %d bytes to read %d: the stream was dropped and refetched", f, size)
+	}
+}

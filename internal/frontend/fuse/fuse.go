@@ -82,6 +82,9 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
 		EnableLocks:   true,
+		// Reads return byte slices; splicing them through a pipe only adds
+		// a copy (and a 1 MiB reply does not fit a default pipe).
+		DisableSplice: true,
 		Options:       []string{"default_permissions"},
 		AllowOther:    os.Geteuid() == 0,
 		Debug:         opts.Debug,
