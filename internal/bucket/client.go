@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,19 @@ type Client struct {
 	stats       counters
 	// headBeforeWrite is set when the store ignores conditional writes.
 	headBeforeWrite atomic.Bool
+
+	transportMu sync.Mutex
+	transports  []*http.Transport // built for this client, closed by Close
+}
+
+// Close drops the client's idle connections. Some servers (versitygw's
+// fasthttp) wait on shutdown for connections that never carried a request.
+func (c *Client) Close() {
+	c.transportMu.Lock()
+	defer c.transportMu.Unlock()
+	for _, tr := range c.transports {
+		tr.CloseIdleConnections()
+	}
 }
 
 // New makes a Client. It does not contact the store; use CheckVersioning
@@ -102,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConns = 4 * maxIdleConnsPerHost
 		tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
+		c.transportMu.Lock()
+		c.transports = append(c.transports, tr)
+		c.transportMu.Unlock()
 	})
 
 	opts := []func(*config.LoadOptions) error{

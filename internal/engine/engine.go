@@ -305,6 +305,9 @@ func (e *Engine) Close() error {
 		}
 		errs = append(errs, e.KV.Close())
 	}
+	if e.Bucket != nil {
+		e.Bucket.Close()
+	}
 	if e.Store != nil {
 		errs = append(errs, e.Store.Close())
 	}
