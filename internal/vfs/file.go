@@ -26,6 +26,9 @@ type Handle struct {
 	// when this handle was opened.
 	pinned meta.Object
 
+	// replaced: the open imported a new version of the file.
+	replaced bool
+
 	mu sync.Mutex
 	ra *readahead.Reader // created on the first direct read
 }
@@ -53,7 +56,7 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 		// already unlinked on the file side (the kernel may open one it
 		// looked up just before a rename replaced it) has no object to
 		// compare.
-		keys := len(in.Keys)
+		keys, before := len(in.Keys), in.Base
 		if err := fs.lister.RevalidateIfStale(ctx, &in, fs.cfg.RevalidateTTL); err != nil {
 			if !errors.Is(err, bucket.ErrUnavailable) {
 				return nil, err
@@ -71,9 +74,22 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 		if in.Nlink == 0 && len(in.Keys) < keys {
 			return nil, fmt.Errorf("inode %d was deleted in the bucket: %w", ino, syscall.ENOENT)
 		}
+		if in.Base != before {
+			h, err := fs.open(ctx, &in, flags)
+			if h != nil {
+				h.replaced = true
+			}
+			return h, err
+		}
 	}
 	return fs.open(ctx, &in, flags)
 }
+
+// KeepCache reports whether what a client cached of the file's data before
+// this open is still good: false when the open found a new version in the
+// bucket. Writes through the same front end keep the client's cache right;
+// versions imported at other times invalidate it (see Invalidator).
+func (h *Handle) KeepCache() bool { return !h.replaced }
 
 // Create makes a regular file and opens it. With exclusive, an existing
 // name fails with EEXIST; otherwise an existing file is opened (and

@@ -44,6 +44,11 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if err != nil {
 		return status(err)
 	}
+	if h.KeepCache() {
+		// The kernel keeps its pages of the file across opens; imports of
+		// new versions invalidate them.
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	}
 	out.Fh = s.addFile(h)
 	return fuse.OK
 }
