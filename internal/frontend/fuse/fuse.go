@@ -138,16 +138,28 @@ func (s *server) InvalidateInode(ino vfs.Ino) {
 
 func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
 
+// ctxOf makes a request's context from the channel go-fuse closes when the
+// kernel interrupts the request. It costs no goroutine: most requests never
+// leave the process, and those that do derive their own contexts.
 func ctxOf(cancel <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, done := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-cancel:
-			done()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, done
+	return interruptCtx{Context: context.Background(), done: cancel}, func() {}
+}
+
+// interruptCtx is canceled when the kernel interrupts the request.
+type interruptCtx struct {
+	context.Context
+	done <-chan struct{}
+}
+
+func (c interruptCtx) Done() <-chan struct{} { return c.done }
+
+func (c interruptCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 func status(err error) fuse.Status {

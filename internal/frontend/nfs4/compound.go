@@ -32,6 +32,13 @@ type request struct {
 	sess   *session
 	slot   *slot
 	client *client
+
+	// 4.0: the state-owner whose seqid the running operation consumes
+	// and the seqid it consumes (seqid.go), or the cached reply that
+	// answers a retransmitted one.
+	seqOwner *seqOwner
+	seqNext  uint32
+	replay   *seqReply
 }
 
 // opResult is one encoded operation result.
@@ -131,17 +138,28 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 }
 
 // run executes one operation, turning a panic into NFS4ERR_SERVERFAULT.
+// A 4.0 operation that repeats its owner's last seqid is answered with
+// the reply that request got; one that consumes the next seqid keeps its
+// reply for such a repeat.
 func (q *request) run(op nfsv4.NfsArgop4) (res opResult, st nfsv4.Nfsstat4, cached []byte) {
+	q.seqOwner, q.replay = nil, nil
 	defer func() {
 		if p := recover(); p != nil {
 			q.s.log.Error("panic in NFS operation", "op", op.GetArgop(), "panic", p, "stack", string(debug.Stack()))
 			res, st, cached = rawResult{op.GetArgop(), nfsv4.NFS4ERR_SERVERFAULT}, nfsv4.NFS4ERR_SERVERFAULT, nil
 		}
+		q.finishSeq(res, st)
 	}()
 	if seq, ok := op.(*nfsv4.NfsArgop4_OP_SEQUENCE); ok {
 		return q.sequence(&seq.Opsequence)
 	}
 	res, st = q.dispatch(op)
+	if r := q.replay; r != nil {
+		if r.fh != 0 {
+			q.setCur(r.fh)
+		}
+		return replayResult(r.res), r.status, nil
+	}
 	return res, st, nil
 }
 

@@ -127,7 +127,7 @@ func (q *request) dispatch(op nfsv4.NfsArgop4) (opResult, nfsv4.Nfsstat4) {
 		st := q.releaseLockowner(&a.OpreleaseLockowner.LockOwner)
 		return &nfsv4.NfsResop4_OP_RELEASE_LOCKOWNER{OpreleaseLockowner: nfsv4.ReleaseLockowner4res{Status: st}}, st
 
-	// Clients and sessions (ops_session.go, ops40.go).
+	// Clients and sessions (session.go, ops40.go).
 	case *nfsv4.NfsArgop4_OP_EXCHANGE_ID:
 		r := q.exchangeID(&a.OpexchangeId)
 		return &nfsv4.NfsResop4_OP_EXCHANGE_ID{OpexchangeId: r}, r.GetEirStatus()

@@ -24,14 +24,36 @@
 // # State
 //
 // Protocol state is plain data in one table guarded by one mutex
-// (state.go): clients (clients.go, from EXCHANGE_ID or SETCLIENTID), their
-// sessions with slot tables and reply caches (session.go), open owners and
-// their open states (each holding one vfs.Handle), lock owners and their
-// lock states (the locks themselves live in vfs, owned by locks.Owner{ID:
-// lock owner, Client: client id}). Stateids name open and lock states; a
+// (state.go): clients (from EXCHANGE_ID in session.go or SETCLIENTID in
+// ops40.go), their sessions with slot tables and reply caches
+// (session.go), open owners and their open states (each holding one
+// vfs.Handle), lock owners and their lock states (the locks themselves
+// live in vfs, owned by locks.Owner{ID: lock owner, Client: client id}). Stateids name open and lock states; a
 // stateid's "other" field is a random per-boot prefix and a counter, so
 // stateids from an earlier server instance are recognisably stale. The
 // mutex is never held across a vfs call.
+//
+// NFSv4.0 has no sessions: each open-owner and lock-owner orders its
+// OPEN, OPEN_CONFIRM, OPEN_DOWNGRADE, CLOSE, LOCK and LOCKU requests by
+// seqid and keeps the encoded reply to its last one (seqid.go, RFC 7530
+// 9.1). The last seqid again is a retransmission, answered
+// from that reply (an OPEN's also restores the current filehandle to the
+// opened file) rather than run twice; the next one runs; any other is
+// NFS4ERR_BAD_SEQID. The stateid an owner's last CLOSE ended stays known
+// so that a retransmitted CLOSE is answered too.
+//
+// Byte-range locks: CLOSE releases the locks the open-owner's lock-owners
+// still hold on the file (RFC 8881 18.2.3 and RFC 7530 16.2.4 let a
+// server either do that or refuse with NFS4ERR_LOCKS_HELD; Linux's own
+// server releases them too). FREE_STATEID of a lock
+// stateid and RELEASE_LOCKOWNER refuse with NFS4ERR_LOCKS_HELD while
+// locks remain, and DESTROY_CLIENTID refuses with NFS4ERR_CLIENTID_BUSY
+// while the client has sessions or open files. Blocking lock requests
+// (READW_LT, WRITEW_LT) never wait in the server: a conflict is answered
+// NFS4ERR_DENIED at once and the client polls, which RFC 8881 9.6 and
+// RFC 7530 9.4 allow; a waiting request would hold a slot (4.1) or an
+// owner's seqid (4.0) for as long as the conflict lasts. With no back
+// channel there is no CB_NOTIFY_LOCK, so polling is the only way anyway.
 //
 // Leases: every SEQUENCE (4.1) or stateful operation and RENEW (4.0)
 // renews a client's lease. A reaper expires clients whose lease ran out:

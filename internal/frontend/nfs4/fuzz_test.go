@@ -55,6 +55,16 @@ func fuzzSeeds() [][]byte {
 			EiaClientowner: nfsv4.ClientOwner4{CoOwnerid: []byte("fuzz")}, EiaStateProtect: &nfsv4.StateProtect4A_SP4_NONE{}}}}),
 		encodeArgs("g", 1, []nfsv4.NfsArgop4{&nfsv4.NfsArgop4_OP_SEQUENCE{}, putroot()}),
 		encodeArgs("h", 2, []nfsv4.NfsArgop4{putroot(), &nfsv4.NfsArgop4_OP_SEEK{}, &nfsv4.NfsArgop4_OP_COPY{}}),
+		// The seqid-ordered 4.0 operations and the lock-state ones.
+		encodeArgs("i", 0, []nfsv4.NfsArgop4{putroot(), lookup("f"),
+			&nfsv4.NfsArgop4_OP_OPEN_DOWNGRADE{OpopenDowngrade: nfsv4.OpenDowngrade4args{Seqid: 2, ShareAccess: 1}},
+			&nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsv4.WRITE_LT, Length: 1,
+				Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenSeqid: 3, LockOwner: owner}}}},
+			&nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT, Seqid: 1, Length: 1}},
+			closeOp(4, nfsv4.Stateid4{}),
+			&nfsv4.NfsArgop4_OP_RELEASE_LOCKOWNER{OpreleaseLockowner: nfsv4.ReleaseLockowner4args{LockOwner: owner}}}),
+		encodeArgs("j", 1, []nfsv4.NfsArgop4{&nfsv4.NfsArgop4_OP_BIND_CONN_TO_SESSION{OpbindConnToSession: nfsv4.BindConnToSession4args{
+			BctsaDir: nfsv4.CDFC4_FORE_OR_BOTH}}}),
 	}
 }
 

@@ -132,16 +132,14 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		x, st := q.lookupState(sid)
+		// The open-owner sequences this request (RFC 7530 16.10.4).
+		x, st := q.seqState(sid, l.OpenOwner.OpenSeqid)
 		if st != nfsv4.NFS4_OK {
 			return nil, false, st
 		}
 		o, ok := x.(*openState)
 		if !ok || o.ino != q.cur || o.dead {
 			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
-		}
-		if st := q.checkOwnerSeq(o.owner, l.OpenOwner.OpenSeqid); st != nfsv4.NFS4_OK {
-			return nil, false, st
 		}
 		cl := o.owner.client
 		if q.minor == 0 && l.OpenOwner.LockOwner.Clientid != cl.id {
@@ -150,9 +148,18 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		key := string(l.OpenOwner.LockOwner.Owner)
 		lo := cl.lockOwners[key]
 		if lo == nil {
-			lo = &lockOwner{client: cl, key: key, id: t.newID(), seqid: l.OpenOwner.LockSeqid}
+			// lock_seqid is the new lock-owner's first seqid, used by
+			// this request.
+			lo = &lockOwner{client: cl, key: key, id: t.newID(), seq: seqOwner{seqid: l.OpenOwner.LockSeqid}}
 			cl.lockOwners[key] = lo
 			t.lockOwners[lo.id] = lo
+		} else if q.minor == 0 {
+			// A known lock-owner's first lock state on this file: its
+			// seqid must be the owner's next one, which this request uses.
+			if lo.seq.busy || l.OpenOwner.LockSeqid != lo.seq.seqid+1 {
+				return nil, false, nfsv4.NFS4ERR_BAD_SEQID
+			}
+			lo.seq.seqid, lo.seq.reply = l.OpenOwner.LockSeqid, nil
 		}
 		if ls = o.locks[lo]; ls != nil {
 			return ls, false, nfsv4.NFS4_OK
@@ -168,7 +175,7 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		x, st := q.lookupState(sid)
+		x, st := q.seqState(sid, l.LockOwner.LockSeqid)
 		if st != nfsv4.NFS4_OK {
 			return nil, false, st
 		}
@@ -176,7 +183,6 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		if !ok || ls.ino != q.cur {
 			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
 		}
-		ls.owner.seqid = l.LockOwner.LockSeqid
 		return ls, false, nfsv4.NFS4_OK
 	}
 	return nil, false, nfsv4.NFS4ERR_INVAL
@@ -244,7 +250,7 @@ func (q *request) locku(a *nfsv4.Locku4args) nfsv4.Locku4res {
 	}
 	t := q.s.state
 	t.mu.Lock()
-	x, st := q.lookupState(lsid)
+	x, st := q.seqState(lsid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)
@@ -254,7 +260,6 @@ func (q *request) locku(a *nfsv4.Locku4args) nfsv4.Locku4res {
 		t.mu.Unlock()
 		return fail(nfsv4.NFS4ERR_BAD_STATEID)
 	}
-	ls.owner.seqid = a.Seqid
 	owner := ls.owner.vfsOwner()
 	t.mu.Unlock()
 	if err := q.s.fs.SetLock(q.ctx, ls.ino, locks.Lock{Start: start, End: end, Kind: locks.Unlock, Owner: owner}, false); err != nil {
@@ -268,8 +273,9 @@ func (q *request) locku(a *nfsv4.Locku4args) nfsv4.Locku4res {
 	return &nfsv4.Locku4res_NFS4_OK{LockStateid: res}
 }
 
-// releaseLockowner (4.0) forgets a lock-owner and drops any locks it
-// still holds.
+// releaseLockowner (4.0) forgets a lock-owner that holds no locks; one
+// that still holds some is refused with NFS4ERR_LOCKS_HELD and kept (RFC
+// 7530 16.37.4).
 func (q *request) releaseLockowner(o *nfsv4.StateOwner4) nfsv4.Nfsstat4 {
 	t := q.s.state
 	t.mu.Lock()
@@ -286,16 +292,26 @@ func (q *request) releaseLockowner(o *nfsv4.StateOwner4) nfsv4.Nfsstat4 {
 	var inos []vfs.Ino
 	for _, op := range cl.opens {
 		if ls := op.locks[lo]; ls != nil {
-			delete(op.locks, lo)
-			delete(t.states, ls.other)
 			inos = append(inos, ls.ino)
 		}
 	}
-	delete(cl.lockOwners, lo.key)
-	delete(t.lockOwners, lo.id)
 	t.mu.Unlock()
 	for _, ino := range inos {
-		q.s.fs.ReleaseLocks(ino, lo.vfsOwner())
+		if q.s.fs.HoldsLocks(ino, lo.vfsOwner()) {
+			return nfsv4.NFS4ERR_LOCKS_HELD
+		}
 	}
+	t.mu.Lock()
+	if cl.lockOwners[lo.key] == lo {
+		for _, op := range cl.opens {
+			if ls := op.locks[lo]; ls != nil {
+				delete(op.locks, lo)
+				delete(t.states, ls.other)
+			}
+		}
+		delete(cl.lockOwners, lo.key)
+		delete(t.lockOwners, lo.id)
+	}
+	t.mu.Unlock()
 	return nfsv4.NFS4_OK
 }

@@ -3,6 +3,7 @@ package nfs4
 import (
 	"context"
 	"errors"
+	"math"
 	"syscall"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -12,20 +13,6 @@ import (
 
 // OPEN, OPEN_CONFIRM, OPEN_DOWNGRADE and CLOSE. An open state holds one
 // vfs handle with at least the access the state grants.
-
-// checkOwnerSeq applies 4.0 seqid ordering to an open-owner: the next
-// seqid, or the last one again (a retransmission, run again). Requires the
-// table mutex.
-func (q *request) checkOwnerSeq(oo *openOwner, seqid uint32) nfsv4.Nfsstat4 {
-	if q.minor >= 1 {
-		return nfsv4.NFS4_OK
-	}
-	if seqid != oo.seqid+1 && seqid != oo.seqid {
-		return nfsv4.NFS4ERR_BAD_SEQID
-	}
-	oo.seqid = seqid
-	return nfsv4.NFS4_OK
-}
 
 // openFlags are the open(2) flags for share access bits: a write open
 // also reads when the caller may (the client reads around partial page
@@ -59,9 +46,10 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	key := string(a.Owner.Owner)
 	oo := cl.openOwners[key]
 	if oo == nil {
-		oo = &openOwner{client: cl, key: key, seqid: a.Seqid, confirmed: q.minor >= 1}
+		oo = &openOwner{client: cl, key: key, seq: newSeqOwner(a.Seqid), confirmed: q.minor >= 1}
 		cl.openOwners[key] = oo
-	} else if st := q.checkOwnerSeq(oo, a.Seqid); st != nfsv4.NFS4_OK {
+	}
+	if st := q.checkOwnerSeq(&oo.seq, a.Seqid); st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)
 	}
@@ -317,16 +305,13 @@ func (q *request) openConfirm(a *nfsv4.OpenConfirm4args) nfsv4.OpenConfirm4res {
 	t := q.s.state
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	x, st := q.lookupState(a.OpenStateid)
+	x, st := q.seqState(a.OpenStateid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	o, ok := x.(*openState)
 	if !ok || o.ino != q.cur {
 		return fail(nfsv4.NFS4ERR_BAD_STATEID)
-	}
-	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
-		return fail(st)
 	}
 	o.owner.confirmed = true
 	o.seq = bumpSeq(o.seq)
@@ -346,16 +331,13 @@ func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade
 	t := q.s.state
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	x, st := q.lookupState(s)
+	x, st := q.seqState(s, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	o, ok := x.(*openState)
 	if !ok || o.ino != q.cur {
 		return fail(nfsv4.NFS4ERR_BAD_STATEID)
-	}
-	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
-		return fail(st)
 	}
 	if access == 0 || access&^o.access != 0 || a.ShareDeny&^o.deny != 0 {
 		return fail(nfsv4.NFS4ERR_INVAL)
@@ -378,7 +360,7 @@ func (q *request) close(a *nfsv4.Close4args) nfsv4.Close4res {
 	}
 	t := q.s.state
 	t.mu.Lock()
-	x, st := q.lookupState(s)
+	x, st := q.seqState(s, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)
@@ -388,12 +370,22 @@ func (q *request) close(a *nfsv4.Close4args) nfsv4.Close4res {
 		t.mu.Unlock()
 		return fail(nfsv4.NFS4ERR_BAD_STATEID)
 	}
-	if st := q.checkOwnerSeq(o.owner, a.Seqid); st != nfsv4.NFS4_OK {
-		t.mu.Unlock()
-		return fail(st)
-	}
 	o.seq = bumpSeq(o.seq)
 	res := sid(o.other, o.seq)
+	if q.minor >= 1 {
+		// The stateid CLOSE returns is of no use (RFC 8881 18.2.4).
+		res = nfsv4.Stateid4{Seqid: math.MaxUint32}
+	} else {
+		oo := o.owner
+		if oo.hasLastClosed {
+			delete(t.closed, oo.lastClosed)
+		}
+		oo.lastClosed, oo.hasLastClosed = o.other, true
+		t.closed[o.other] = oo
+	}
+	// Locks the open-owner's lock-owners still hold on the file go with
+	// the open (RFC 8881 18.2.3 and RFC 7530 16.2.4 allow either this or
+	// NFS4ERR_LOCKS_HELD; see doc.go).
 	ls := t.removeOpen(o)
 	t.mu.Unlock()
 	for _, l := range ls {

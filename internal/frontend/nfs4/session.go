@@ -268,15 +268,18 @@ func (q *request) bindConn(a *nfsv4.BindConnToSession4args) nfsv4.BindConnToSess
 		BctsrSessid: se.id, BctsrDir: dir}}
 }
 
+// destroyClientID forgets a client with no sessions and no opens (which
+// hold any locks it has): RFC 8881 18.50.3 has a client with either
+// refused with NFS4ERR_CLIENTID_BUSY.
 func (q *request) destroyClientID(id uint64) nfsv4.Nfsstat4 {
 	t := q.s.state
 	t.mu.Lock()
 	cl := t.clients[id]
 	switch {
-	case cl == nil:
+	case cl == nil || !cl.minor41:
 		t.mu.Unlock()
 		return nfsv4.NFS4ERR_STALE_CLIENTID
-	case len(cl.sessions) > 0:
+	case len(cl.sessions) > 0 || len(cl.opens) > 0:
 		t.mu.Unlock()
 		return nfsv4.NFS4ERR_CLIENTID_BUSY
 	}
@@ -310,8 +313,9 @@ func (q *request) testStateid(sids []nfsv4.Stateid4) nfsv4.TestStateid4res {
 	return &nfsv4.TestStateid4res_NFS4_OK{TsrResok4: nfsv4.TestStateid4resok{TsrStatusCodes: codes}}
 }
 
-// freeStateid forgets a lock stateid (releasing any locks left under it);
-// an open stateid must be closed instead.
+// freeStateid forgets a lock stateid under which no locks remain (RFC
+// 8881 18.38.3); one with locks, and an open stateid (which must be
+// closed instead), get NFS4ERR_LOCKS_HELD.
 func (q *request) freeStateid(s nfsv4.Stateid4) nfsv4.Nfsstat4 {
 	s, st := q.resolveSid(s)
 	if st != nfsv4.NFS4_OK {
@@ -325,13 +329,15 @@ func (q *request) freeStateid(s nfsv4.Stateid4) nfsv4.Nfsstat4 {
 		return st
 	}
 	l, ok := x.(*lockState)
-	if !ok {
-		t.mu.Unlock()
+	t.mu.Unlock()
+	if !ok || q.s.fs.HoldsLocks(l.ino, l.owner.vfsOwner()) {
 		return nfsv4.NFS4ERR_LOCKS_HELD
 	}
-	delete(t.states, l.other)
-	delete(l.open.locks, l.owner)
+	t.mu.Lock()
+	if t.states[l.other] == l {
+		delete(t.states, l.other)
+		delete(l.open.locks, l.owner)
+	}
 	t.mu.Unlock()
-	q.s.fs.ReleaseLocks(l.ino, l.owner.vfsOwner())
 	return nfsv4.NFS4_OK
 }

@@ -26,13 +26,19 @@ type stateTable struct {
 	states      map[[12]byte]any // *openState or *lockState
 	opensByIno  map[vfs.Ino][]*openState
 	lockOwners  map[uint64]*lockOwner // by locks.Owner.ID
+
+	// closed maps the stateid each 4.0 open-owner's last CLOSE ended to
+	// the owner, so that a retransmission of that CLOSE is answered from
+	// the owner's reply cache (seqid.go).
+	closed map[[12]byte]*openOwner
 }
 
 func newStateTable(boot uint32) *stateTable {
 	return &stateTable{boot: boot, clients: map[uint64]*client{},
 		confirmed: map[string]*client{}, unconfirmed: map[string]*client{},
 		sessions: map[[16]byte]*session{}, states: map[[12]byte]any{},
-		opensByIno: map[vfs.Ino][]*openState{}, lockOwners: map[uint64]*lockOwner{}}
+		opensByIno: map[vfs.Ino][]*openState{}, lockOwners: map[uint64]*lockOwner{},
+		closed: map[[12]byte]*openOwner{}}
 }
 
 // client is one client instance: an EXCHANGE_ID (4.1) or SETCLIENTID
@@ -63,12 +69,18 @@ type openKey struct {
 }
 
 // openOwner is a client's open-owner. 4.0 orders its OPEN, OPEN_CONFIRM,
-// OPEN_DOWNGRADE and CLOSE requests by seqid.
+// OPEN_DOWNGRADE and CLOSE requests (and LOCKs that make a lock-owner's
+// first lock state) by seqid.
 type openOwner struct {
 	client    *client
 	key       string
-	seqid     uint32
+	seq       seqOwner
 	confirmed bool
+
+	// 4.0: the stateid the owner's last CLOSE ended (a key of
+	// stateTable.closed), if any.
+	lastClosed    [12]byte
+	hasLastClosed bool
 }
 
 // openState is one open-owner's open of one file: the share access and
@@ -91,12 +103,13 @@ type openState struct {
 	retired []*vfs.Handle
 }
 
-// lockOwner is a client's lock-owner; id is its locks.Owner.ID.
+// lockOwner is a client's lock-owner; id is its locks.Owner.ID. 4.0
+// orders its LOCK and LOCKU requests by seqid.
 type lockOwner struct {
 	client *client
 	key    string
 	id     uint64
-	seqid  uint32
+	seq    seqOwner
 }
 
 // lockState is one lock-owner's locks on one file, derived from an open.
@@ -186,6 +199,11 @@ func (t *stateTable) removeClient(cl *client) []*openState {
 	}
 	for _, lo := range cl.lockOwners {
 		delete(t.lockOwners, lo.id)
+	}
+	for _, oo := range cl.openOwners {
+		if oo.hasLastClosed {
+			delete(t.closed, oo.lastClosed)
+		}
 	}
 	return opens
 }

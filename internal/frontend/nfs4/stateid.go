@@ -34,6 +34,19 @@ func isSpecial(s nfsv4.Stateid4) bool {
 // lookupState finds the open or lock state a stateid names, checking its
 // seqid, and renews the owning client's lease. Requires t.mu.
 func (q *request) lookupState(s nfsv4.Stateid4) (any, nfsv4.Nfsstat4) {
+	x, st := q.findState(s)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	if st := q.checkGen(x, s); st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	return x, nfsv4.NFS4_OK
+}
+
+// findState finds the open or lock state a stateid's "other" field names.
+// Requires t.mu.
+func (q *request) findState(s nfsv4.Stateid4) (any, nfsv4.Nfsstat4) {
 	t := q.s.state
 	if binary.BigEndian.Uint32(s.Other[:4]) != t.boot {
 		if q.minor == 0 {
@@ -45,27 +58,44 @@ func (q *request) lookupState(s nfsv4.Stateid4) (any, nfsv4.Nfsstat4) {
 	if !ok {
 		return nil, nfsv4.NFS4ERR_BAD_STATEID
 	}
+	if q.client != nil && stateClient(x) != q.client {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	return x, nfsv4.NFS4_OK
+}
+
+// checkGen checks a stateid's seqid against the state x it names (4.1's
+// seqid 0 means the current one) and renews the owning client's lease.
+// Requires t.mu.
+func (q *request) checkGen(x any, s nfsv4.Stateid4) nfsv4.Nfsstat4 {
 	var seq uint32
-	var cl *client
 	switch v := x.(type) {
 	case *openState:
-		seq, cl = v.seq, v.owner.client
+		seq = v.seq
 	case *lockState:
-		seq, cl = v.seq, v.owner.client
-	}
-	if q.client != nil && cl != q.client {
-		return nil, nfsv4.NFS4ERR_BAD_STATEID
+		seq = v.seq
 	}
 	if !(q.minor >= 1 && s.Seqid == 0) {
 		if s.Seqid > seq {
-			return nil, nfsv4.NFS4ERR_BAD_STATEID
+			return nfsv4.NFS4ERR_BAD_STATEID
 		}
 		if s.Seqid < seq {
-			return nil, nfsv4.NFS4ERR_OLD_STATEID
+			return nfsv4.NFS4ERR_OLD_STATEID
 		}
 	}
-	cl.renew()
-	return x, nfsv4.NFS4_OK
+	stateClient(x).renew()
+	return nfsv4.NFS4_OK
+}
+
+// stateClient is the client an open or lock state belongs to.
+func stateClient(x any) *client {
+	switch v := x.(type) {
+	case *openState:
+		return v.owner.client
+	case *lockState:
+		return v.owner.client
+	}
+	return nil
 }
 
 // openOf returns the open state of a stateid naming an open (or a lock

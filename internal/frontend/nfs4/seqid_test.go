@@ -1,0 +1,178 @@
+package nfs4
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// setclientid40 registers and confirms a 4.0 client.
+func (c *tclient) setclientid40(id string) {
+	c.t.Helper()
+	out := c.do(&nfsv4.NfsArgop4_OP_SETCLIENTID{Opsetclientid: nfsv4.Setclientid4args{
+		Client:   nfsv4.NfsClientId4{Verifier: [8]byte{4}, Id: []byte(id)},
+		Callback: nfsv4.CbClient4{CbLocation: nfsv4.Netaddr4{NaRNetid: "tcp", NaRAddr: "127.0.0.1.0.0"}}}})
+	ok := out[0].(*nfsv4.NfsResop4_OP_SETCLIENTID).Opsetclientid.(*nfsv4.Setclientid4res_NFS4_OK).Resok4
+	c.clientID = ok.Clientid
+	c.do(&nfsv4.NfsArgop4_OP_SETCLIENTID_CONFIRM{OpsetclientidConfirm: nfsv4.SetclientidConfirm4args{
+		Clientid: ok.Clientid, SetclientidConfirm: ok.SetclientidConfirm}})
+}
+
+// twice sends the same COMPOUND twice, as a client retransmits it, and
+// fails the test unless both replies are the same bytes. It returns the
+// decoded reply.
+func (c *tclient) twice(ops ...nfsv4.NfsArgop4) *nfsv4.Compound4res {
+	c.t.Helper()
+	args := encodeArgs("again", c.minor, ops)
+	_, first := c.rpc(nfsProgram, 4, 1, args)
+	_, second := c.rpc(nfsProgram, 4, 1, args)
+	if !bytes.Equal(first, second) {
+		c.t.Fatalf("the retransmission was answered differently:\nfirst  %s\nsecond %s",
+			statuses(decodeRes(c.t, first)), statuses(decodeRes(c.t, second)))
+	}
+	return decodeRes(c.t, second)
+}
+
+func statuses(res *nfsv4.Compound4res) string {
+	s := nfsv4.Nfsstat4_name[res.Status]
+	for _, r := range res.Resarray {
+		s += " " + nfsv4.NfsOpnum4_name[r.GetResop()]
+	}
+	return s
+}
+
+func guarded(mode uint32) nfsv4.Createhow4 {
+	return &nfsv4.Createhow4_GUARDED4{Createattrs: unchecked(mode).(*nfsv4.Createhow4_UNCHECKED4).Createattrs}
+}
+
+func openConfirm(sid nfsv4.Stateid4, seqid uint32) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_OPEN_CONFIRM{OpopenConfirm: nfsv4.OpenConfirm4args{OpenStateid: sid, Seqid: seqid}}
+}
+
+func openConfirmed(t *testing.T, r nfsv4.NfsResop4) nfsv4.Stateid4 {
+	t.Helper()
+	return r.(*nfsv4.NfsResop4_OP_OPEN_CONFIRM).OpopenConfirm.(*nfsv4.OpenConfirm4res_NFS4_OK).Resok4.OpenStateid
+}
+
+// lockFirst is a 4.0 LOCK that makes a lock-owner's lock state from an
+// open: sequenced by the open-owner's seqid, with the lock-owner's first.
+func lockFirst(c *tclient, open nfsv4.Stateid4, openSeqid uint32, owner string, lockSeqid uint32, off, n uint64) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsv4.WRITE_LT, Offset: off, Length: n,
+		Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenSeqid: openSeqid, OpenStateid: open,
+			LockSeqid: lockSeqid, LockOwner: nfsv4.StateOwner4{Clientid: c.clientID, Owner: []byte(owner)}}}}}
+}
+
+// lockMore is a LOCK under an existing lock stateid.
+func lockMore(lsid nfsv4.Stateid4, seqid uint32, off, n uint64) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsv4.WRITE_LT, Offset: off, Length: n,
+		Locker: &nfsv4.Locker4_FALSE{LockOwner: nfsv4.ExistLockOwner4{LockStateid: lsid, LockSeqid: seqid}}}}
+}
+
+func unlock(lsid nfsv4.Stateid4, seqid uint32, off, n uint64) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT, Seqid: seqid,
+		LockStateid: lsid, Offset: off, Length: n}}
+}
+
+func lockOK(t *testing.T, r nfsv4.NfsResop4) nfsv4.Stateid4 {
+	t.Helper()
+	return r.(*nfsv4.NfsResop4_OP_LOCK).Oplock.(*nfsv4.Lock4res_NFS4_OK).Resok4.LockStateid
+}
+
+func TestNFSv40RetransmittedSeqidGetsTheOpenOwnersLastReply(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(0, userCred)
+	c.setclientid40("replay40")
+
+	// A GUARDED create run a second time would answer EXIST; the
+	// retransmission must get the first reply, same stateid included.
+	res := c.twice(putroot(), openArgs(c, 1, "o", "once", nfsv4.OPEN4_SHARE_ACCESS_BOTH, guarded(0o644)), getfh())
+	if res.Status != nfsv4.NFS4_OK {
+		t.Fatalf("retransmitted OPEN-create: %s", statuses(res))
+	}
+	op, fh := openOK(t, res.Resarray[1]), fhOf(t, res.Resarray[2])
+
+	// The next seqid runs (and uses up the seqid although it fails); one
+	// that is neither the last nor the next is refused.
+	c.expect(nfsv4.NFS4ERR_EXIST, putroot(), openArgs(c, 2, "o", "once", nfsv4.OPEN4_SHARE_ACCESS_BOTH, guarded(0o644)))
+	c.expect(nfsv4.NFS4ERR_BAD_SEQID, putroot(), openArgs(c, 5, "o", "once", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
+
+	// OPEN_CONFIRM again: run twice, the old stateid would be
+	// OLD_STATEID the second time.
+	res = c.twice(putfh(fh), openConfirm(op.Stateid, 3))
+	if res.Status != nfsv4.NFS4_OK {
+		t.Fatalf("retransmitted OPEN_CONFIRM: %s", statuses(res))
+	}
+	sid := openConfirmed(t, res.Resarray[1])
+
+	// CLOSE again: the open state is gone after the first, yet the
+	// retransmission is answered OK from the owner's cache.
+	res = c.twice(putfh(fh), closeOp(4, sid))
+	if res.Status != nfsv4.NFS4_OK {
+		t.Fatalf("retransmitted CLOSE: %s", statuses(res))
+	}
+	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), readOp(sid, 0, 1))
+	c.do(putroot(), openArgs(c, 5, "o", "once", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
+}
+
+func TestNFSv40LockOwnerSeqidsAreEnforcedAndReplayed(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(0, userCred)
+	c.setclientid40("locker40")
+	out := c.do(putroot(), openArgs(c, 1, "o", "locked40", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
+	op, fh := openOK(t, out[1]), fhOf(t, out[2])
+	osid := openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+
+	// The first lock: the open-owner's seqid 3 and the new lock-owner's
+	// first seqid, 0. The lock-owner's next seqid is 1.
+	lsid := lockOK(t, c.do(putfh(fh), lockFirst(c, osid, 3, "l", 0, 0, 10))[1])
+	for _, seqid := range []uint32{0, 2, 7} {
+		c.expect(nfsv4.NFS4ERR_BAD_SEQID, putfh(fh), lockMore(lsid, seqid, 20, 10))
+		c.expect(nfsv4.NFS4ERR_BAD_SEQID, putfh(fh), unlock(lsid, seqid, 0, 10))
+	}
+	// A LOCK run twice would find its stateid old the second time.
+	res := c.twice(putfh(fh), lockMore(lsid, 1, 20, 10))
+	if res.Status != nfsv4.NFS4_OK {
+		t.Fatalf("retransmitted LOCK: %s", statuses(res))
+	}
+	lsid = lockOK(t, res.Resarray[1])
+
+	// A lock-owner holding locks is not released, and keeps its locks.
+	release := &nfsv4.NfsArgop4_OP_RELEASE_LOCKOWNER{OpreleaseLockowner: nfsv4.ReleaseLockowner4args{
+		LockOwner: nfsv4.StateOwner4{Clientid: c.clientID, Owner: []byte("l")}}}
+	c.expect(nfsv4.NFS4ERR_LOCKS_HELD, release)
+	c.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), &nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsv4.READ_LT,
+		Offset: 25, Length: 1, Owner: nfsv4.StateOwner4{Clientid: c.clientID, Owner: []byte("someone else")}}})
+
+	out = c.do(putfh(fh), unlock(lsid, 2, 0, math.MaxUint64))
+	lsid = out[1].(*nfsv4.NfsResop4_OP_LOCKU).Oplocku.(*nfsv4.Locku4res_NFS4_OK).LockStateid
+	c.do(release)
+	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), lockMore(lsid, 3, 0, 1))
+}
+
+func TestNFSv40ExclusiveCreateRetriedOnANewSeqidFindsItsOwnFile(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(0, userCred)
+	c.setclientid40("excl40")
+	excl := func(v byte) nfsv4.Createhow4 {
+		return &nfsv4.Createhow4_EXCLUSIVE4{Createverf: [8]byte{v, 2, 3, 4, 5, 6, 7, 8}}
+	}
+	out := c.do(putroot(), openArgs(c, 1, "o", "excl", nfsv4.OPEN4_SHARE_ACCESS_BOTH, excl(1)), getfh())
+	op, fh := openOK(t, out[1]), fhOf(t, out[2])
+	openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+
+	// The client lost the reply and tries again: the verifier matches,
+	// so it gets the file it made.
+	out = c.do(putroot(), openArgs(c, 3, "o", "excl", nfsv4.OPEN4_SHARE_ACCESS_BOTH, excl(1)), getfh())
+	if !bytes.Equal(fhOf(t, out[2]), fh) {
+		t.Errorf("the retried exclusive create opened another file")
+	}
+	sid := openOK(t, out[1]).Stateid
+	c.do(putfh(fh), writeOp(sid, 0, []byte("made once"), nfsv4.FILE_SYNC4))
+	if r := readOK(t, c.do(putfh(fh), readOp(sid, 0, 100))[1]); string(r.Data) != "made once" {
+		t.Errorf("the file holds %q", r.Data)
+	}
+	// Another client's verifier finds the name taken.
+	c.expect(nfsv4.NFS4ERR_EXIST, putroot(), openArgs(c, 4, "o", "excl", nfsv4.OPEN4_SHARE_ACCESS_BOTH, excl(9)))
+}

@@ -1,0 +1,133 @@
+package nfs4
+
+import (
+	"testing"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+)
+
+func bindConn(sess [16]byte, dir nfsv4.ChannelDirFromClient4) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_BIND_CONN_TO_SESSION{OpbindConnToSession: nfsv4.BindConnToSession4args{
+		BctsaSessid: sess, BctsaDir: dir}}
+}
+
+func TestASecondConnectionBoundToTheSessionCarriesItsRequests(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.session("trunked")
+	d := e.dial(1, userCred)
+
+	// The Linux client drops a connection bound "fore or both" unless
+	// the answer is BOTH.
+	for _, tc := range []struct {
+		ask  nfsv4.ChannelDirFromClient4
+		want nfsv4.ChannelDirFromServer4
+	}{{nfsv4.CDFC4_FORE_OR_BOTH, nfsv4.CDFS4_BOTH}, {nfsv4.CDFC4_FORE, nfsv4.CDFS4_FORE}} {
+		res := d.raw(bindConn(c.sess, tc.ask))
+		if res.Status != nfsv4.NFS4_OK {
+			t.Fatalf("BIND_CONN_TO_SESSION(%d): %s", tc.ask, nfsv4.Nfsstat4_name[res.Status])
+		}
+		ok := res.Resarray[0].(*nfsv4.NfsResop4_OP_BIND_CONN_TO_SESSION).OpbindConnToSession.(*nfsv4.BindConnToSession4res_NFS4_OK).BctsrResok4
+		if ok.BctsrSessid != c.sess || ok.BctsrDir != tc.want {
+			t.Errorf("BIND_CONN_TO_SESSION(%d) = session %x, direction %d; want %d", tc.ask, ok.BctsrSessid, ok.BctsrDir, tc.want)
+		}
+	}
+	if res := d.raw(bindConn([16]byte{9}, nfsv4.CDFC4_FORE_OR_BOTH)); res.Status != nfsv4.NFS4ERR_BADSESSION {
+		t.Errorf("binding to an unknown session: %s", nfsv4.Nfsstat4_name[res.Status])
+	}
+
+	// Both connections now carry the session's slot, in turn.
+	d.sess, d.clientID, d.seq = c.sess, c.clientID, c.seq
+	out := d.do(putroot(), openArgs(d, 0, "o", "via-second", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
+	fh, sid := fhOf(t, out[2]), openOK(t, out[1]).Stateid
+	c.seq = d.seq
+	c.do(putfh(fh), writeOp(sid, 0, []byte("one session, two connections"), nfsv4.FILE_SYNC4), closeOp(0, sid))
+	d.seq = c.seq
+	if r := readOK(t, d.do(putfh(fh), readOp(nfsv4.Stateid4{}, 0, 100))[1]); string(r.Data) != "one session, two connections" {
+		t.Errorf("READ over the second connection = %q", r.Data)
+	}
+}
+
+func TestSecinfoListsAuthSys(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.put("sec.txt", []byte("x"))
+	c := e.dial(1, userCred)
+	c.session("secinfo")
+	flavors := func(r nfsv4.NfsResop4) []nfsv4.Secinfo4 {
+		t.Helper()
+		var res nfsv4.Secinfo4res
+		switch v := r.(type) {
+		case *nfsv4.NfsResop4_OP_SECINFO:
+			res = v.Opsecinfo
+		case *nfsv4.NfsResop4_OP_SECINFO_NO_NAME:
+			res = v.OpsecinfoNoName
+		}
+		return res.(*nfsv4.Secinfo4res_NFS4_OK).Resok4
+	}
+	secinfo := &nfsv4.NfsArgop4_OP_SECINFO{Opsecinfo: nfsv4.Secinfo4args{Name: "sec.txt"}}
+	noName := &nfsv4.NfsArgop4_OP_SECINFO_NO_NAME{OpsecinfoNoName: nfsv4.SECINFO_STYLE4_CURRENT_FH}
+	for _, op := range []nfsv4.NfsArgop4{secinfo, noName} {
+		out := c.do(putroot(), op)
+		f := flavors(out[1])
+		if len(f) != 1 || f[0].GetFlavor() != rpcv2.AUTH_SYS {
+			t.Errorf("%s lists %+v, want AUTH_SYS alone", nfsv4.NfsOpnum4_name[op.GetArgop()], f)
+		}
+		// In 4.1 both consume the current filehandle.
+		c.expect(nfsv4.NFS4ERR_NOFILEHANDLE, putroot(), op, getfh())
+	}
+	c.expect(nfsv4.NFS4ERR_NOENT, putroot(), &nfsv4.NfsArgop4_OP_SECINFO{Opsecinfo: nfsv4.Secinfo4args{Name: "missing"}})
+	c.expect(nfsv4.NFS4ERR_NOENT, putroot(), &nfsv4.NfsArgop4_OP_SECINFO_NO_NAME{OpsecinfoNoName: nfsv4.SECINFO_STYLE4_PARENT})
+}
+
+func TestDestroySessionThenClientIDForgetsTheClient(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.session("leaving")
+	fh, sid := openFile(t, c, "o", "held-open")
+	first := c.sess
+	destroySession := func(id [16]byte) nfsv4.Nfsstat4 {
+		return c.raw(&nfsv4.NfsArgop4_OP_DESTROY_SESSION{OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: id}}).Status
+	}
+	destroyClient := func() nfsv4.Nfsstat4 {
+		return c.raw(&nfsv4.NfsArgop4_OP_DESTROY_CLIENTID{OpdestroyClientid: nfsv4.DestroyClientid4args{DcaClientid: c.clientID}}).Status
+	}
+
+	// A client with a session, or with an open file, is busy.
+	if st := destroyClient(); st != nfsv4.NFS4ERR_CLIENTID_BUSY {
+		t.Errorf("DESTROY_CLIENTID with a session: %s", nfsv4.Nfsstat4_name[st])
+	}
+	if st := destroySession(first); st != nfsv4.NFS4_OK {
+		t.Fatalf("DESTROY_SESSION: %s", nfsv4.Nfsstat4_name[st])
+	}
+	if st := destroyClient(); st != nfsv4.NFS4ERR_CLIENTID_BUSY {
+		t.Errorf("DESTROY_CLIENTID with an open file: %s", nfsv4.Nfsstat4_name[st])
+	}
+	// Closing needs a session: a new one for the same client.
+	c.session("leaving")
+	c.do(putfh(fh), closeOp(0, sid))
+	if st := destroySession(c.sess); st != nfsv4.NFS4_OK {
+		t.Fatalf("DESTROY_SESSION: %s", nfsv4.Nfsstat4_name[st])
+	}
+	if st := destroyClient(); st != nfsv4.NFS4_OK {
+		t.Fatalf("DESTROY_CLIENTID: %s", nfsv4.Nfsstat4_name[st])
+	}
+
+	for _, id := range [][16]byte{first, c.sess} {
+		c.sess = id
+		if res := c.raw(c.seqOp(), putroot()); res.Status != nfsv4.NFS4ERR_BADSESSION {
+			t.Errorf("SEQUENCE on a destroyed session: %s", nfsv4.Nfsstat4_name[res.Status])
+		}
+	}
+	if st := destroyClient(); st != nfsv4.NFS4ERR_STALE_CLIENTID {
+		t.Errorf("DESTROY_CLIENTID again: %s", nfsv4.Nfsstat4_name[st])
+	}
+	res := c.raw(&nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{CsaClientid: c.clientID, CsaSequence: 3,
+		CsaForeChanAttrs: nfsv4.ChannelAttrs4{CaMaxrequestsize: 1 << 20, CaMaxresponsesize: 1 << 20, CaMaxoperations: 8, CaMaxrequests: 1}}})
+	if res.Status != nfsv4.NFS4ERR_STALE_CLIENTID {
+		t.Errorf("CREATE_SESSION for a destroyed client: %s", nfsv4.Nfsstat4_name[res.Status])
+	}
+	if e.eng.FS.IsOpen(e.srvIno(fh)) {
+		t.Errorf("the file is still open")
+	}
+}
