@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,31 +101,46 @@ func (c *conn) serve() {
 // The buffer grows with the bytes that actually arrive, never by what a
 // record marker claims.
 func readRecord(r io.Reader, limit int) ([]byte, error) {
-	var buf bytes.Buffer
+	var buf []byte
 	for {
 		var hdr [4]byte
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if errors.Is(err, io.EOF) && buf.Len() > 0 {
+			if errors.Is(err, io.EOF) && len(buf) > 0 {
 				return nil, io.ErrUnexpectedEOF
 			}
 			return nil, err
 		}
 		h := binary.BigEndian.Uint32(hdr[:])
-		n := int64(h &^ 0x80000000)
-		if int64(buf.Len())+n > int64(limit) {
+		n := int(h &^ 0x80000000)
+		if len(buf)+n > limit {
 			return nil, fmt.Errorf("record of more than %d bytes", limit)
 		}
-		if got, err := io.CopyN(&buf, r, n); err != nil {
-			if got < n {
+		// Memory follows the bytes that arrive, a step at a time, so a
+		// header claiming a large fragment costs nothing until the data
+		// comes; a fragment that does come is read in place, without the
+		// doubling copies of a growing buffer.
+		for got := 0; got < n; {
+			step := min(n-got, recordStep)
+			if got == recordStep {
+				step = n - got // the sender is delivering: take the rest at once
+			}
+			buf = slices.Grow(buf, step)
+			m, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
+			buf = buf[:len(buf)+m]
+			got += m
+			if err != nil {
 				return nil, io.ErrUnexpectedEOF
 			}
-			return nil, err
 		}
 		if h&0x80000000 != 0 {
-			return buf.Bytes(), nil
+			return buf, nil
 		}
 	}
 }
+
+// recordStep is how much of a fragment is read before the rest is
+// allocated.
+const recordStep = 256 << 10
 
 // handleCall runs one RPC call and returns the record-marked reply, nil
 // for none, or an error for a record that is not a call (the connection is
