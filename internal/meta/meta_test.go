@@ -10,6 +10,20 @@ import (
 	"bucketfs/internal/kv"
 )
 
+func openStoreB(b *testing.B) *Store {
+	b.Helper()
+	db, err := kv.OpenPebble(b.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	s, err := Open(context.Background(), db, Options{ExportDelay: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 func openStore(t *testing.T, dir string) *Store {
 	t.Helper()
 	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
