@@ -35,6 +35,9 @@ const version = "0.1.0-dev"
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the flags were printed
+		}
 		fmt.Fprintln(os.Stderr, "bucketfs:", err)
 		os.Exit(1)
 	}
