@@ -29,8 +29,11 @@ const (
 	// randomRound is the granularity of a fetch serving a random read, and how
 	// far after the previous read a read may start to begin a new stream.
 	randomRound = 128 << 10
-	// minSlack is the least reordering tolerated around the stream position.
-	minSlack = 2 << 20
+	// minSlack is the least reordering tolerated around the stream position:
+	// the kernel's read-ahead window for a FUSE mount (16 MiB, see
+	// frontend/fuse) lets a synchronous read arrive that far behind the
+	// asynchronous ones.
+	minSlack = 16 << 20
 )
 
 // ErrClosed is returned by reads of a closed Reader.
@@ -253,9 +256,9 @@ func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 func (r *Reader) classify(off int64) access {
 	// Clients keep several sequential reads in flight (the kernel's
 	// read-ahead, an NFS client's parallel READs), so reads arrive out of
-	// order up to a few chunks ahead of the stream position: still the
-	// stream, not a jump.
-	if r.stream && off >= r.pos-r.slack && off <= max(r.pos+4*r.slack, r.front) {
+	// order, up to a few chunks ahead of the stream position or as far
+	// behind as the read-ahead window: still the stream, not a jump.
+	if r.stream && off >= r.pos-max(r.slack, r.budget) && off <= max(r.pos+2*r.slack, r.front) {
 		return streamRead
 	}
 	if off >= r.last[0] && off <= r.last[1]+randomRound {
