@@ -16,12 +16,12 @@ func (t *Tier) Create(ino uint64, size int64) error {
 	if size < 0 {
 		return opErr("create", ino, unix.EINVAL)
 	}
-	n, _, err := t.exclusive(ino, true, size)
+	n, created, err := t.exclusive(ino, true, size)
 	if err != nil {
 		return opErr("create", ino, err)
 	}
 	defer n.life.Unlock()
-	if err := t.create(n, size); err != nil {
+	if err := t.create(n, size, created); err != nil {
 		// Whatever was there is half replaced: drop it all.
 		t.remove(n)
 		return opErr("create", ino, err)
@@ -30,7 +30,10 @@ func (t *Tier) Create(ino uint64, size int64) error {
 }
 
 // create requires n.life held exclusively.
-func (t *Tier) create(n *inode, size int64) error {
+// fresh says the tier had no state for n: a data file left on disk from
+// before (a crash after a Remove) may still exist, but only an empty new
+// file needs no truncation.
+func (t *Tier) create(n *inode, size int64, fresh bool) error {
 	if err := t.dropMap(n); err != nil {
 		return err
 	}
@@ -38,11 +41,19 @@ func (t *Tier) create(n *inode, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(0); err != nil {
-		return err
+	if !fresh {
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+	} else if st, err := f.Stat(); err != nil || st.Size() != 0 {
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
 	}
-	if err := f.Truncate(size); err != nil {
-		return err
+	if size > 0 {
+		if err := f.Truncate(size); err != nil {
+			return err
+		}
 	}
 	n.mu.Lock()
 	n.ext, n.present, n.size = nil, 0, 0
