@@ -275,7 +275,9 @@ func (e *Engine) evictLoop(ctx context.Context) {
 				return true
 			}
 			in, err := e.Meta.Get(ctx, meta.Ino(ino))
-			return err != nil || in.Dirty() || in.Has(meta.Local)
+			// A file with names but no object (one in lost+found) has
+			// its only copy here, though nothing is left to export.
+			return err != nil || in.Dirty() || in.Has(meta.Local) || len(in.Keys) == 0 && in.Nlink > 0
 		}
 		if _, err := e.Tier.Evict(pinned); err != nil {
 			e.log.Warn("tier eviction", "err", err)

@@ -658,7 +658,10 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 			return err
 		}
 		for _, ent := range ents {
-			if err := e.meta.Enqueue(ctx, ent.Ino, time.Now(), true); err != nil {
+			// A new token even for a child due already: an export of it
+			// under way saw the old path, and must not take it out of
+			// the queue.
+			if err := e.meta.Enqueue(ctx, ent.Ino, time.Now(), false); err != nil {
 				return err
 			}
 		}

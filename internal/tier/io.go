@@ -65,9 +65,10 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 
 // Fill stores clean data fetched from the bucket: p holds the object's bytes
 // at off. Only the sub-ranges that are not present are written and marked;
-// present ranges may hold newer local writes and are left alone. Fill waits
-// for in-flight WriteAt and Punch calls on ino and holds off new ones while
-// it runs.
+// present ranges may hold newer local writes and are left alone, and bytes
+// past the logical size (cut by a Truncate since they were fetched) are
+// dropped. Fill waits for in-flight WriteAt and Punch calls on ino and holds
+// off new ones while it runs.
 func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
 	if err := checkRange(off, int64(len(p))); err != nil {
 		return opErr("fill", ino, err)
@@ -81,7 +82,10 @@ func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
 	defer n.fill.Unlock()
 	n.lastUse.Store(t.now())
 	n.mu.Lock()
-	gaps := n.ext.missing(off, int64(len(p)), nil)
+	var gaps []Range
+	if hi := min(end(off, int64(len(p))), n.size); hi > off {
+		gaps = n.ext.missing(off, hi-off, nil)
+	}
 	n.mu.Unlock()
 	if len(gaps) == 0 {
 		return nil

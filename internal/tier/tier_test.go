@@ -754,3 +754,28 @@ func TestReadAtPastTheEndReturnsEOF(t *testing.T) {
 		t.Errorf("ReadAt = %d, %v; want 3, io.EOF", n, err)
 	}
 }
+
+func TestAFillThatLandsAfterATruncationDoesNotBringTheCutDataBack(t *testing.T) {
+	tr := openTier(t, t.TempDir(), Options{})
+	if err := tr.Init(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	// A read fetched the object before an ftruncate to 0; its Fill comes
+	// after.
+	if err := tr.Truncate(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fill(1, fill('B', 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if size, _ := tr.Size(1); size != 0 {
+		t.Errorf("size after the late Fill: %d, want 0", size)
+	}
+	// The file grows again: the grown range is zeros, not the old bytes.
+	if err := tr.Truncate(1, 50); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, tr, 1, 0, 50); !bytes.Equal(got, make([]byte, 50)) {
+		t.Errorf("after truncating to 0 and growing to 50: %q, want zeros", got)
+	}
+}

@@ -1,0 +1,194 @@
+package main
+
+// The peers: s3fs and rclone mount (full VFS cache), each a child process
+// mounting its own bucket of the embedded store, installed from Debian's
+// packages if missing.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"bucketfs/internal/bucket"
+)
+
+// peerBucket keeps the peers' objects out of bucketfs's bucket, so that
+// bucketfs's importer does no work while a peer is measured.
+const peerBucket = "peers"
+
+// peers mounts s3fs and rclone and adds them as targets; a peer that cannot
+// run is noted and left out.
+func (s *suite) peers() {
+	st := s.eng.Store
+	if err := st.CreateBucket(s.ctx, peerBucket, false); err != nil {
+		s.note("peers not measured: create bucket %s: %v", peerBucket, err)
+		return
+	}
+	c, err := bucket.New(s.ctx, bucket.Config{Bucket: peerBucket, Endpoint: st.Endpoint, Region: st.Region,
+		AccessKey: st.AccessKey, SecretKey: st.SecretKey})
+	if err != nil {
+		s.note("peers not measured: bucket client: %v", err)
+		return
+	}
+	s.undo = append(s.undo, c.Close)
+	for _, p := range []struct {
+		name, pkg string
+		mount     func(mnt string) (*exec.Cmd, error)
+	}{{tS3fs, "s3fs", s.s3fs}, {tRclone, "rclone", s.rclone}} {
+		mnt := filepath.Join(s.base, p.pkg)
+		var cmd *exec.Cmd
+		err := s.install(p.pkg, p.pkg)
+		if err == nil {
+			cmd, err = s.startPeer(p.name, mnt, p.mount)
+		}
+		if err == nil {
+			err = os.Mkdir(filepath.Join(mnt, p.pkg), 0o755) // the work area
+		}
+		if err != nil {
+			s.note("%s not measured: %v", p.name, err)
+			fmt.Fprintf(os.Stderr, "suite: %s not measured: %v\n", p.name, err)
+			continue
+		}
+		dir := filepath.Join(mnt, p.pkg)
+		t := &target{name: p.name, fs: dirFS(dir), dir: dir, bucket: c, prefix: p.pkg + "/"}
+		if p.name == tRclone {
+			t.refresh = func() { cmd.Process.Signal(syscall.SIGHUP) }
+		}
+		s.targets = append(s.targets, t)
+	}
+}
+
+// install installs the Debian package pkg with apt-get if bin is not on
+// the PATH.
+func (s *suite) install(bin, pkg string) error {
+	if _, err := exec.LookPath(bin); err == nil {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "suite: installing %s with apt-get\n", pkg)
+	apt := func(args ...string) error {
+		cmd := exec.CommandContext(s.ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			return fmt.Errorf("apt-get %s: %v: %s", strings.Join(args, " "), err, lines[len(lines)-1])
+		}
+		return nil
+	}
+	if err := apt("install", "-y", "-q", pkg); err != nil {
+		if err := apt("update", "-q"); err != nil {
+			return err
+		}
+		if err := apt("install", "-y", "-q", pkg); err != nil {
+			return err
+		}
+	}
+	s.note("installed the Debian package %s", pkg)
+	_, err := exec.LookPath(bin)
+	return err
+}
+
+// startPeer starts a peer's foreground mount process on the new directory
+// mnt and waits up to 20 s for the mount to appear. Stopping it (a
+// cleanup) unmounts mnt and waits for the process.
+func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, error)) (*exec.Cmd, error) {
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return nil, err
+	}
+	cmd, err := mount(mnt)
+	if err != nil {
+		return nil, err
+	}
+	log := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's SIGINT is ours to pass on
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.undo = append(s.undo, func() {
+		if mounted(mnt) {
+			if out, err := exec.Command("fusermount3", "-u", mnt).CombinedOutput(); err != nil {
+				logErr("fusermount3 -u "+mnt+"; detaching it", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
+				syscall.Unmount(mnt, syscall.MNT_DETACH)
+			}
+		}
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); !mounted(mnt); {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("%s exited at start (%v): %s", cmd.Path, cmd.ProcessState, lastLines(log.String(), 5))
+		case <-s.ctx.Done():
+			return nil, s.ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s did not mount within 20 s: %s", cmd.Path, lastLines(log.String(), 5))
+		}
+	}
+	v, _ := exec.Command(cmd.Path, "--version").CombinedOutput()
+	s.note("%s: %s: %s", name, firstLine(string(v)), strings.Join(cmd.Args, " "))
+	return cmd, nil
+}
+
+// s3fs mounts the peer bucket with s3fs in the foreground, path-style on
+// the store's plain-HTTP endpoint, signing for its region.
+func (s *suite) s3fs(mnt string) (*exec.Cmd, error) {
+	st := s.eng.Store
+	passwd := filepath.Join(s.base, "s3fs.passwd")
+	if err := os.WriteFile(passwd, []byte(st.AccessKey+":"+st.SecretKey+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return exec.Command("s3fs", peerBucket, mnt, "-f",
+		"-o", "url="+st.Endpoint, "-o", "use_path_request_style", "-o", "endpoint="+st.Region,
+		"-o", "passwd_file="+passwd, "-o", "nosuid,nodev"), nil
+}
+
+// rclone mounts the peer bucket with rclone's full VFS cache (in the
+// temporary directory), its S3 remote configured through the environment.
+// Objects PUT through S3 show in the mount only after its directory cache
+// (5 min) expires, so the suite sends it SIGHUP (flush the directory
+// caches) before it waits for them, as a user would.
+func (s *suite) rclone(mnt string) (*exec.Cmd, error) {
+	st := s.eng.Store
+	cmd := exec.Command("rclone", "mount", "peer:"+peerBucket, mnt,
+		"--vfs-cache-mode", "full", "--cache-dir", filepath.Join(s.base, "rclone-cache"))
+	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null",
+		"RCLONE_CONFIG_PEER_TYPE=s3", "RCLONE_CONFIG_PEER_PROVIDER=Other", "RCLONE_CONFIG_PEER_ENDPOINT="+st.Endpoint,
+		"RCLONE_CONFIG_PEER_ACCESS_KEY_ID="+st.AccessKey, "RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY="+st.SecretKey,
+		"RCLONE_CONFIG_PEER_REGION="+st.Region, "RCLONE_CONFIG_PEER_FORCE_PATH_STYLE=true")
+	return cmd, nil
+}
+
+// mounted reports whether mnt is a mount point.
+func mounted(mnt string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+func firstLine(s string) string { return strings.TrimSpace(strings.SplitN(s, "\n", 2)[0]) }

@@ -1,0 +1,158 @@
+package fuse_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"bucketfs/internal/engine"
+	"bucketfs/internal/meta"
+	"bucketfs/internal/s3test"
+)
+
+// withTierCapacity bounds the tier, so that the engine evicts clean data.
+func withTierCapacity(n int64) option { return func(c *engine.Config) { c.TierCapacity = n } }
+
+func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1), withTierCapacity(1))
+	forwardEvents(e)
+	e.put("c/doc.txt", []byte("base"), nil)
+	if !readsAs(e.path("c/doc.txt"), []byte("base")) {
+		t.Fatal("unreadable")
+	}
+	writeFile(t, e.path("c/doc.txt"), []byte("file side edit")) // dirty for an hour
+	e.put("c/doc.txt", []byte("bucket side edit"), nil)
+	eventually(t, "the bucket's version to win", func() bool {
+		return readsAs(e.path("c/doc.txt"), []byte("bucket side edit"))
+	})
+	lf := e.lostFound()
+	if len(lf) != 1 {
+		t.Fatalf("lost+found holds %v", lf)
+	}
+	e.flush() // reconciles the moved inode, which has nothing to export
+	ctx := context.Background()
+	lost, err := e.eng.Meta.Lookup(ctx, e.eng.Meta.LostFound(), lf[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := e.eng.Meta.Lookup(ctx, meta.RootIno, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	winner, err := e.eng.Meta.Lookup(ctx, dir.Ino, "doc.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A restart drops the kernel's references: only the sync state keeps
+	// tier data from eviction now.
+	e.stop()
+	e.start()
+	eventually(t, "eviction of the bucket's clean version", func() bool {
+		_, ok := e.eng.Tier.Present(uint64(winner.Ino))
+		return !ok
+	})
+	if _, ok := e.eng.Tier.Present(uint64(lost.Ino)); !ok {
+		t.Error("the tier evicted the only copy of the file-side version in lost+found")
+	}
+	if b := readFile(t, e.path(e.eng.Meta.LostFoundName()+"/"+lf[0])); string(b) != "file side edit" {
+		t.Fatalf("the file-side version in lost+found reads %q", b)
+	}
+}
+
+// holdingProxy forwards requests to the store, except that it holds back
+// the plain PUT of one key (path suffix) until released.
+type holdingProxy struct {
+	url     string
+	mu      sync.Mutex
+	suffix  string
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func newHoldingProxy(t *testing.T, endpoint string) *holdingProxy {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	p := &holdingProxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		hold := p.suffix != "" && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, p.suffix) &&
+			r.Header.Get("x-amz-copy-source") == "" && r.URL.Query().Get("uploadId") == ""
+		arrived, release := p.arrived, p.release
+		if hold {
+			p.suffix = ""
+		}
+		p.mu.Unlock()
+		if hold {
+			close(arrived)
+			<-release
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+// hold arms the proxy for the next PUT whose path ends in suffix.
+func (p *holdingProxy) hold(suffix string) (arrived, release chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.suffix, p.arrived, p.release = suffix, make(chan struct{}), make(chan struct{})
+	return p.arrived, p.release
+}
+
+func TestADirectoryRenamedWhileAFileInItUploadsMovesThatFileToo(t *testing.T) {
+	p := newHoldingProxy(t, s3test.Store(t).Endpoint)
+	e := newEnv(t, withEndpoint(p.url), withPoll(-1))
+	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, e.path("d/f"), []byte("v1"))
+	e.flush()
+	arrived, release := p.hold("/d/f")
+	writeFile(t, e.path("d/f"), []byte("v2"))
+	select {
+	case <-arrived: // the export of d/f is under way
+	case <-time.After(20 * time.Second):
+		t.Fatal("the export of d/f never started")
+	}
+	if err := os.Rename(e.path("d"), e.path("e")); err != nil {
+		t.Fatal(err)
+	}
+	// Export the directory while the file's upload is held.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go e.eng.Exporter.Flush(ctx)
+	eventually(t, "the directory's marker under its new name", func() bool {
+		_, _, ok := e.get("e/")
+		return ok
+	})
+	close(release)
+	ctx2 := context.Background()
+	dir, err := e.eng.Meta.Lookup(ctx2, meta.RootIno, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the held upload to be recorded", func() bool {
+		in, err := e.eng.Meta.Lookup(ctx2, dir.Ino, "f")
+		return err == nil && !in.Dirty()
+	})
+	e.flush()
+	if b, _, ok := e.get("e/f"); !ok || string(b) != "v2" {
+		t.Fatalf("e/f in the bucket: %q %v", b, ok)
+	}
+	if _, _, ok := e.get("d/f"); ok {
+		t.Fatal("d/f still in the bucket after the rename was exported")
+	}
+}
