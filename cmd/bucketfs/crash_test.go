@@ -306,8 +306,18 @@ func TestKill9DuringARenameOfAThousandFilesLosesNothing(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for len(p.keys("dst/")) != 1001 || len(p.keys("src/")) != 0 { // 1000 files and the marker
 		if time.Now().After(deadline) {
-			t.Fatalf("rename incomplete after restart: dst/ has %d keys, src/ has %v\n%s",
-				len(p.keys("dst/")), p.keys("src/"), p.log)
+			c, bucket := p.s3()
+			var about []string
+			for _, k := range p.keys("src/") {
+				h, err := c.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: &k})
+				if err != nil {
+					about = append(about, fmt.Sprintf("%s: %v", k, err))
+					continue
+				}
+				about = append(about, fmt.Sprintf("%s: etag %s version %s metadata %v", k, aws.ToString(h.ETag), aws.ToString(h.VersionId), h.Metadata))
+			}
+			t.Fatalf("rename incomplete after restart: dst/ has %d keys, src/ has %v\n%s\n%s",
+				len(p.keys("dst/")), p.keys("src/"), strings.Join(about, "\n"), p.log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

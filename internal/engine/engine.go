@@ -205,7 +205,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 // nothing is imported yet either.
 func (e *Engine) onStoreEvent(ev s3local.Event) {
 	if im := e.importerReady.Load(); im != nil && ev.Bucket == e.Store.Bucket {
-		im.Notify(ev.Key)
+		im.NotifyEvent(ev.Key, strings.Contains(ev.Name, "Created"))
 	}
 }
 

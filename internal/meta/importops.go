@@ -22,6 +22,9 @@ type Resolved struct {
 	// Missing lists the directory names between the deepest existing listed
 	// directory and Name that do not exist yet (a new prefix).
 	Missing []string
+	// Unlisted is, when Parent is zero, the directory on the way whose
+	// children have not been imported yet.
+	Unlisted Ino
 }
 
 // Resolve walks key (relative to the file system's prefix; a trailing "/"
@@ -38,6 +41,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 		for i, name := range parts {
 			last := i == len(parts)-1
 			if !dir.Has(Listed) {
+				res.Unlisted = dir.Ino
 				return nil // not imported yet: nothing to update
 			}
 			if dir.Ino == s.lostFound {

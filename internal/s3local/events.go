@@ -20,15 +20,17 @@ var _ s3event.S3EventSender = (*eventSender)(nil)
 // successful object operation, with the response headers already set.
 func (e *eventSender) SendEvent(ctx fiber.Ctx, m s3event.EventMeta) {
 	// Requests are path-style ("/bucket/key"); versitygw has already
-	// URL-decoded the path by the time handlers run.
-	bucket, key, _ := strings.Cut(strings.TrimPrefix(ctx.Path(), "/"), "/")
+	// URL-decoded the path by the time handlers run. fiber's Path aliases
+	// the request buffer, which the server reuses for the next request:
+	// copy it, or the key changes under the subscriber's feet.
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(strings.Clone(ctx.Path()), "/"), "/")
 
 	ev := Event{
 		Name:   string(m.EventName),
 		Bucket: bucket,
 		Key:    key,
 		Size:   m.ObjectSize,
-		ETag:   strings.Trim(deref(m.ObjectETag), `"`),
+		ETag:   strings.Clone(strings.Trim(deref(m.ObjectETag), `"`)),
 	}
 	// EventMeta carries no version id for puts and deletes on a versioned
 	// bucket; the response header always has it.

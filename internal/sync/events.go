@@ -3,12 +3,14 @@ package sync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -20,7 +22,7 @@ const maxPendingKeys = 100000
 // notifications is the queue of keys named by change events.
 type notifications struct {
 	mu      gosync.Mutex
-	pending map[string]time.Time // key -> when first notified
+	pending map[string]notice // key -> when first notified, and how
 	order   []string
 	wake    chan struct{}
 	dropped atomic.Int64
@@ -28,22 +30,41 @@ type notifications struct {
 	lastLag atomic.Int64 // ns from notification to applied, of the last one
 }
 
+// notice is one queued key.
+type notice struct {
+	since   time.Time
+	created bool // an ObjectCreated event: the object must show up
+	tries   int
+}
+
 // Notify queues key (relative to the file system's prefix) for
 // revalidation. It never blocks.
-func (im *Importer) Notify(key string) {
+func (im *Importer) Notify(key string) { im.notify(key, notice{since: time.Now()}) }
+
+// NotifyEvent queues key for an S3 event notification; created says the
+// event reported a new object (ObjectCreated:*), which is looked for again
+// a few times if the store notified before the object could be read.
+func (im *Importer) NotifyEvent(key string, created bool) {
+	im.notify(key, notice{since: time.Now(), created: created})
+}
+
+func (im *Importer) notify(key string, no notice) {
 	n := &im.events
 	n.mu.Lock()
 	if n.pending == nil {
-		n.pending = map[string]time.Time{}
+		n.pending = map[string]notice{}
 		n.wake = make(chan struct{}, 1)
 	}
-	if _, ok := n.pending[key]; !ok {
+	if old, ok := n.pending[key]; ok {
+		old.created = old.created || no.created
+		n.pending[key] = old
+	} else {
 		if len(n.pending) >= maxPendingKeys {
 			n.mu.Unlock()
 			n.dropped.Add(1)
 			return
 		}
-		n.pending[key] = time.Now()
+		n.pending[key] = no
 		n.order = append(n.order, key)
 	}
 	wake := n.wake
@@ -55,11 +76,11 @@ func (im *Importer) Notify(key string) {
 }
 
 // next takes the oldest queued key, waiting until there is one or ctx ends.
-func (n *notifications) next(ctx context.Context) (string, time.Time, bool) {
+func (n *notifications) next(ctx context.Context) (string, notice, bool) {
 	for {
 		n.mu.Lock()
 		if n.pending == nil {
-			n.pending = map[string]time.Time{}
+			n.pending = map[string]notice{}
 			n.wake = make(chan struct{}, 1)
 		}
 		if len(n.order) > 0 {
@@ -80,7 +101,7 @@ func (n *notifications) next(ctx context.Context) (string, time.Time, bool) {
 		n.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return "", time.Time{}, false
+			return "", notice{}, false
 		case <-wake:
 		}
 	}
@@ -95,19 +116,36 @@ func (im *Importer) RunNotifications(ctx context.Context, workers int) {
 		go func() {
 			defer wg.Done()
 			for {
-				key, since, ok := im.events.next(ctx)
+				key, no, ok := im.events.next(ctx)
 				if !ok {
 					return
 				}
-				if err := im.Revalidate(ctx, key); err != nil {
+				err := im.revalidateKey(ctx, key)
+				switch {
+				case errors.Is(err, errAbsent) && no.created && no.tries < 5:
+					// Notified before the object could be read: look again
+					// shortly.
+					no.tries++
+					time.AfterFunc(time.Duration(no.tries)*20*time.Millisecond, func() { im.notify(key, no) })
+					continue
+				case errors.Is(err, errAbsent):
+					err = nil
+				}
+				if err != nil {
 					if ctx.Err() != nil {
 						return
+					}
+					if errors.Is(err, syscall.EAGAIN) {
+						// Busy with other changes to the same names: try
+						// again after the rest of the queue.
+						im.notify(key, no)
+						continue
 					}
 					im.log.Warn("import of a changed object failed; the poller will retry", "key", key, "err", err)
 					continue
 				}
 				im.events.applied.Add(1)
-				im.events.lastLag.Store(int64(time.Since(since)))
+				im.events.lastLag.Store(int64(time.Since(no.since)))
 			}
 		}()
 	}
@@ -158,7 +196,7 @@ func (im *Importer) WebhookHandler(bucket, prefix string) http.Handler {
 			if err != nil || !strings.HasPrefix(key, prefix) {
 				continue
 			}
-			im.Notify(key[len(prefix):])
+			im.NotifyEvent(key[len(prefix):], strings.Contains(rec.EventName, "ObjectCreated"))
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -44,6 +44,7 @@ type Importer struct {
 
 	mu       gosync.Mutex
 	inflight map[meta.Ino]*listing // one listing per directory at a time
+	deferred map[meta.Ino][]string // keys changed while their directory was unlisted
 	badKeys  map[string]bool       // keys already logged as unimportable
 
 	imported  atomic.Int64
@@ -99,7 +100,7 @@ func NewImporter(m *meta.Store, b *bucket.Client, cfg ImporterConfig) *Importer 
 		cfg.Locks = NewInodeLocks()
 	}
 	return &Importer{meta: m, bucket: b, tier: cfg.Tier, locks: cfg.Locks, onChange: cfg.OnChange,
-		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, badKeys: map[string]bool{},
+		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, deferred: map[meta.Ino][]string{}, badKeys: map[string]bool{},
 		validAt: map[meta.Ino]time.Time{}}
 }
 
@@ -162,8 +163,14 @@ func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
 			l.err = im.list(context.WithoutCancel(ctx), dir.Ino, dir.Source, &l.objects)
 			im.mu.Lock()
 			delete(im.inflight, dir.Ino)
+			late := im.deferred[dir.Ino]
+			delete(im.deferred, dir.Ino)
 			im.mu.Unlock()
 			close(l.done)
+			// Changes the listing may have missed: look at them again.
+			for _, k := range late {
+				im.Notify(k)
+			}
 		}()
 	}
 	im.mu.Unlock()

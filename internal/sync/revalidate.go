@@ -31,6 +31,18 @@ type Change struct {
 // Revalidate is what S3 event notifications, directory polling and
 // revalidation on open all come down to.
 func (im *Importer) Revalidate(ctx context.Context, key string) error {
+	if err := im.revalidateKey(ctx, key); !errors.Is(err, errAbsent) {
+		return err
+	}
+	return nil
+}
+
+// errAbsent says the bucket has no object at the key and the file side
+// has no name for it: nothing to do, unless an event said it was just
+// created (some stores notify before the object can be read).
+var errAbsent = errors.New("no object and no file")
+
+func (im *Importer) revalidateKey(ctx context.Context, key string) error {
 	if strings.HasSuffix(key, "/") || key == "" {
 		return nil // directory markers: directories follow their contents
 	}
@@ -54,8 +66,23 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		im.reject(key, "a file stands where the key needs a directory")
 		return nil
 	}
-	if err != nil || res.Parent == 0 {
-		return err // not listed yet: the first listing will see the bucket as it is
+	if err != nil {
+		return err
+	}
+	if res.Parent == 0 {
+		// Not listed yet: the first listing will see the bucket as it is,
+		// unless it is under way and listed past this key already; then
+		// wait for it and look again.
+		if im.waitListing(ctx, res.Unlisted) {
+			return syscall.EAGAIN
+		}
+		// Remember the key for when the directory is listed, in case a
+		// listing that has not shown up yet already read past it.
+		im.deferKey(res.Unlisted, key)
+		if again, err := im.meta.Resolve(ctx, key); err == nil && again.Parent != 0 {
+			return syscall.EAGAIN // a listing finished meanwhile
+		}
+		return nil
 	}
 	// The key may still belong to an inode that lost the name on the file
 	// side (an unlink or rename the exporter has not carried out yet).
@@ -111,7 +138,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	child := res.Child
 	if child == nil {
 		if !exists {
-			return nil
+			return errAbsent
 		}
 		it, err := im.fileItem(ctx, res.Name, head, true)
 		if err != nil {
@@ -215,6 +242,34 @@ func lostFoundName(key string, t time.Time) string {
 		name = name[len(name)-255:]
 	}
 	return name
+}
+
+// waitListing waits for a listing of dir that is under way and reports
+// whether there was one.
+func (im *Importer) waitListing(ctx context.Context, dir meta.Ino) bool {
+	im.mu.Lock()
+	l, ok := im.inflight[dir]
+	im.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// maxDeferred bounds the keys remembered per unlisted directory.
+const maxDeferred = 10000
+
+// deferKey remembers key for when dir's listing completes.
+func (im *Importer) deferKey(dir meta.Ino, key string) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if len(im.deferred[dir]) < maxDeferred {
+		im.deferred[dir] = append(im.deferred[dir], key)
+	}
 }
 
 // rejectOr counts a key that cannot be a file and returns nil, or returns

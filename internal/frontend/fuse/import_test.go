@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,7 +33,7 @@ func forwardEvents(e *env) {
 	eng.Store(e.eng)
 	s3test.Forward(e.t, e.bucket, func(ev s3local.Event) {
 		if en := eng.Load(); en != nil {
-			en.Importer.Notify(ev.Key)
+			en.Importer.NotifyEvent(ev.Key, strings.Contains(ev.Name, "Created"))
 		}
 	})
 	e.t.Cleanup(func() { eng.Store(nil) })
@@ -249,4 +250,27 @@ func TestObjectsAddedUnderARenamedDirectorysOldPrefixAreKept(t *testing.T) {
 	if _, _, ok := e.get("old/a"); ok {
 		t.Fatal("old/a still in the bucket after the rename was exported")
 	}
+}
+
+func TestABurstOfPutsDuringTheFirstListingAllArrive(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("burst/seed", []byte("s"), nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100; i++ {
+			e.put(fmt.Sprintf("burst/k%03d", i), []byte("x"), nil)
+		}
+	}()
+	// List while the puts go on: events for keys the listing already
+	// passed must not be lost, and each event must name its own key.
+	if _, err := os.ReadDir(e.path("burst")); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	eventually(t, "all 100 objects put in a burst", func() bool {
+		ents, err := os.ReadDir(e.path("burst"))
+		return err == nil && len(ents) == 101
+	})
 }
