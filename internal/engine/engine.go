@@ -218,70 +218,60 @@ func (e *Engine) Start() {
 	if err := e.serveAdmin(ctx, e.cfg.MetricsListen); err != nil {
 		e.log.Warn("no admin API: status and flush will not reach this process", "err", err)
 	}
+	e.spawn(func() {
+		every(ctx, 10*time.Second, func() {
+			if err := e.saveStatus(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("save status", "err", err)
+			}
+		})
+	})
+	e.spawn(func() { e.Importer.RunNotifications(ctx, 4) })
+	if e.cfg.PollInterval > 0 {
+		e.spawn(func() { e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor) })
+	}
+	e.spawn(func() { e.Exporter.Run(ctx) })
+	if e.cfg.TierCapacity > 0 {
+		e.spawn(func() { every(ctx, 5*time.Second, func() { e.evict(ctx) }) })
+	}
+}
+
+// spawn runs fn in the background until Close.
+func (e *Engine) spawn(fn func()) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := e.saveStatus(ctx); err != nil && ctx.Err() == nil {
-					e.log.Warn("save status", "err", err)
-				}
-			}
-		}
-	}()
-	e.wg.Add(2)
-	go func() {
-		defer e.wg.Done()
-		e.Importer.RunNotifications(ctx, 4)
-	}()
-	go func() {
-		defer e.wg.Done()
-		if e.cfg.PollInterval > 0 {
-			e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor)
-		}
-	}()
-	e.wg.Add(2)
-	go func() {
-		defer e.wg.Done()
-		e.Exporter.Run(ctx)
-	}()
-	go func() {
-		defer e.wg.Done()
-		e.evictLoop(ctx)
+		fn()
 	}()
 }
 
-// evictLoop keeps the tier under its capacity, never touching dirty or open
-// files.
-func (e *Engine) evictLoop(ctx context.Context) {
-	if e.cfg.TierCapacity <= 0 {
-		return
-	}
-	t := time.NewTicker(5 * time.Second)
+// every calls fn every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn()
 		}
-		pinned := func(ino uint64) bool {
-			if e.FS.IsOpen(meta.Ino(ino)) {
-				return true
-			}
-			in, err := e.Meta.Get(ctx, meta.Ino(ino))
-			// A file with names but no object (one in lost+found) has
-			// its only copy here, though nothing is left to export.
-			return err != nil || in.Dirty() || in.Has(meta.Local) || len(in.Keys) == 0 && in.Nlink > 0
+	}
+}
+
+// evict keeps the tier under its capacity, never touching dirty, open or
+// unexported files.
+func (e *Engine) evict(ctx context.Context) {
+	pinned := func(ino uint64) bool {
+		if e.FS.IsOpen(meta.Ino(ino)) {
+			return true
 		}
-		if _, err := e.Tier.Evict(pinned); err != nil {
-			e.log.Warn("tier eviction", "err", err)
-		}
+		in, err := e.Meta.Get(ctx, meta.Ino(ino))
+		// A file with names but no object (one in lost+found) has its only
+		// copy here, though nothing is left to export.
+		return err != nil || in.Dirty() || in.Has(meta.Local) || len(in.Keys) == 0 && in.Nlink > 0
+	}
+	if _, err := e.Tier.Evict(pinned); err != nil {
+		e.log.Warn("tier eviction", "err", err)
 	}
 }
 
