@@ -40,21 +40,10 @@ func (q *request) setclientidConfirm(a *nfsv4.SetclientidConfirm4args) nfsv4.Nfs
 		return nfsv4.NFS4ERR_STALE_CLIENTID
 	}
 	cl.renew()
-	var old []*openState
-	var oldID uint64
-	if !cl.confirmed {
-		cl.confirmed = true
-		delete(t.unconfirmed, cl.key)
-		if prev := t.confirmed[cl.key]; prev != nil && prev != cl {
-			oldID = prev.id
-			old = t.removeClient(prev)
-		}
-		t.confirmed[cl.key] = cl
-	}
+	oldID, old := t.confirm(cl)
 	t.mu.Unlock()
 	if oldID != 0 {
-		q.s.releaseOpens(old)
-		q.s.fs.ReleaseClientLocks(oldID)
+		q.s.releaseClient(oldID, old)
 	}
 	return nfsv4.NFS4_OK
 }

@@ -60,31 +60,34 @@ func (s *Server) denied(ino vfs.Ino, l locks.Lock) nfsv4.Lock4denied {
 	return d
 }
 
-// lockFile checks the current filehandle is a regular file.
-func (q *request) lockFile() nfsv4.Nfsstat4 {
+// lockArgs checks what LOCK, LOCKT and LOCKU have in common: the current
+// filehandle is a regular file, the lock type and the range are valid. It
+// returns the lock they describe, without an owner.
+func (q *request) lockArgs(lt nfsv4.NfsLockType4, off, length uint64) (locks.Lock, nfsv4.Nfsstat4) {
 	a, st := q.curAttr()
 	if st != nfsv4.NFS4_OK {
-		return st
+		return locks.Lock{}, st
 	}
 	if a.IsDir() {
-		return nfsv4.NFS4ERR_ISDIR
+		return locks.Lock{}, nfsv4.NFS4ERR_ISDIR
 	}
 	if !a.IsRegular() {
-		return nfsv4.NFS4ERR_INVAL
+		return locks.Lock{}, nfsv4.NFS4ERR_INVAL
 	}
-	return nfsv4.NFS4_OK
+	kind, ok := lockKind(lt)
+	if !ok {
+		return locks.Lock{}, nfsv4.NFS4ERR_INVAL
+	}
+	start, end, st := lockRange(off, length)
+	if st != nfsv4.NFS4_OK {
+		return locks.Lock{}, st
+	}
+	return locks.Lock{Start: start, End: end, Kind: kind}, nfsv4.NFS4_OK
 }
 
 func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	fail := func(st nfsv4.Nfsstat4) nfsv4.Lock4res { return &nfsv4.Lock4res_default{Status: st} }
-	if st := q.lockFile(); st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
-	kind, ok := lockKind(a.Locktype)
-	if !ok {
-		return fail(nfsv4.NFS4ERR_INVAL)
-	}
-	start, end, st := lockRange(a.Offset, a.Length)
+	l, st := q.lockArgs(a.Locktype, a.Offset, a.Length)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
@@ -96,11 +99,11 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 		return fail(st)
 	}
 	if need := map[locks.Kind]uint32{locks.Read: nfsv4.OPEN4_SHARE_ACCESS_READ,
-		locks.Write: nfsv4.OPEN4_SHARE_ACCESS_WRITE}[kind]; ls.open.access&need == 0 {
+		locks.Write: nfsv4.OPEN4_SHARE_ACCESS_WRITE}[l.Kind]; ls.open.access&need == 0 {
 		q.dropFresh(ls, fresh)
 		return fail(nfsv4.NFS4ERR_OPENMODE)
 	}
-	l := locks.Lock{Start: start, End: end, Kind: kind, Owner: ls.owner.vfsOwner()}
+	l.Owner = ls.owner.vfsOwner()
 	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
 		q.dropFresh(ls, fresh)
 		if errors.Is(err, locks.ErrWouldBlock) {
@@ -126,19 +129,14 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 	t := q.s.state
 	switch l := lk.(type) {
 	case *nfsv4.Locker4_TRUE:
-		sid, st := q.resolveSid(l.OpenOwner.OpenStateid)
-		if st != nfsv4.NFS4_OK {
-			return nil, false, st
-		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		// The open-owner sequences this request (RFC 7530 16.10.4).
-		x, st := q.seqState(sid, l.OpenOwner.OpenSeqid)
+		o, st := seqStateOf[*openState](q, l.OpenOwner.OpenStateid, l.OpenOwner.OpenSeqid)
 		if st != nfsv4.NFS4_OK {
 			return nil, false, st
 		}
-		o, ok := x.(*openState)
-		if !ok || o.ino != q.cur || o.dead {
+		if o.dead {
 			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
 		}
 		cl := o.owner.client
@@ -169,21 +167,10 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		t.states[ls.other] = ls
 		return ls, true, nfsv4.NFS4_OK
 	case *nfsv4.Locker4_FALSE:
-		sid, st := q.resolveSid(l.LockOwner.LockStateid)
-		if st != nfsv4.NFS4_OK {
-			return nil, false, st
-		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		x, st := q.seqState(sid, l.LockOwner.LockSeqid)
-		if st != nfsv4.NFS4_OK {
-			return nil, false, st
-		}
-		ls, ok := x.(*lockState)
-		if !ok || ls.ino != q.cur {
-			return nil, false, nfsv4.NFS4ERR_BAD_STATEID
-		}
-		return ls, false, nfsv4.NFS4_OK
+		ls, st := seqStateOf[*lockState](q, l.LockOwner.LockStateid, l.LockOwner.LockSeqid)
+		return ls, false, st
 	}
 	return nil, false, nfsv4.NFS4ERR_INVAL
 }
@@ -202,14 +189,7 @@ func (q *request) dropFresh(ls *lockState, fresh bool) {
 
 func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
 	fail := func(st nfsv4.Nfsstat4) nfsv4.Lockt4res { return &nfsv4.Lockt4res_default{Status: st} }
-	if st := q.lockFile(); st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
-	kind, ok := lockKind(a.Locktype)
-	if !ok {
-		return fail(nfsv4.NFS4ERR_INVAL)
-	}
-	start, end, st := lockRange(a.Offset, a.Length)
+	l, st := q.lockArgs(a.Locktype, a.Offset, a.Length)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
@@ -225,7 +205,7 @@ func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
 		owner = lo.vfsOwner()
 	}
 	t.mu.Unlock()
-	l := locks.Lock{Start: start, End: end, Kind: kind, Owner: owner}
+	l.Owner = owner
 	if _, conflict := q.s.fs.TestLock(q.cur, l); conflict {
 		return &nfsv4.Lockt4res_NFS4ERR_DENIED{Denied: q.s.denied(q.cur, l)}
 	}
@@ -234,35 +214,20 @@ func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
 
 func (q *request) locku(a *nfsv4.Locku4args) nfsv4.Locku4res {
 	fail := func(st nfsv4.Nfsstat4) nfsv4.Locku4res { return &nfsv4.Locku4res_default{Status: st} }
-	if st := q.lockFile(); st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
-	if _, ok := lockKind(a.Locktype); !ok {
-		return fail(nfsv4.NFS4ERR_INVAL)
-	}
-	start, end, st := lockRange(a.Offset, a.Length)
-	if st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
-	lsid, st := q.resolveSid(a.LockStateid)
+	l, st := q.lockArgs(a.Locktype, a.Offset, a.Length)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	t := q.s.state
 	t.mu.Lock()
-	x, st := q.seqState(lsid, a.Seqid)
+	ls, st := seqStateOf[*lockState](q, a.LockStateid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)
 	}
-	ls, ok := x.(*lockState)
-	if !ok || ls.ino != q.cur {
-		t.mu.Unlock()
-		return fail(nfsv4.NFS4ERR_BAD_STATEID)
-	}
-	owner := ls.owner.vfsOwner()
+	l.Kind, l.Owner = locks.Unlock, ls.owner.vfsOwner()
 	t.mu.Unlock()
-	if err := q.s.fs.SetLock(q.ctx, ls.ino, locks.Lock{Start: start, End: end, Kind: locks.Unlock, Owner: owner}, false); err != nil {
+	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
 		return fail(statusOf(err))
 	}
 	t.mu.Lock()

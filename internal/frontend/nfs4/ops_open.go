@@ -305,13 +305,9 @@ func (q *request) openConfirm(a *nfsv4.OpenConfirm4args) nfsv4.OpenConfirm4res {
 	t := q.s.state
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	x, st := q.seqState(a.OpenStateid, a.Seqid)
+	o, st := seqStateOf[*openState](q, a.OpenStateid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
-	}
-	o, ok := x.(*openState)
-	if !ok || o.ino != q.cur {
-		return fail(nfsv4.NFS4ERR_BAD_STATEID)
 	}
 	o.owner.confirmed = true
 	o.seq = bumpSeq(o.seq)
@@ -323,21 +319,13 @@ func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade
 	if st := q.needFH(); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	s, st := q.resolveSid(a.OpenStateid)
-	if st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
 	access := a.ShareAccess & nfsv4.OPEN4_SHARE_ACCESS_BOTH
 	t := q.s.state
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	x, st := q.seqState(s, a.Seqid)
+	o, st := seqStateOf[*openState](q, a.OpenStateid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
-	}
-	o, ok := x.(*openState)
-	if !ok || o.ino != q.cur {
-		return fail(nfsv4.NFS4ERR_BAD_STATEID)
 	}
 	if access == 0 || access&^o.access != 0 || a.ShareDeny&^o.deny != 0 {
 		return fail(nfsv4.NFS4ERR_INVAL)
@@ -354,21 +342,12 @@ func (q *request) close(a *nfsv4.Close4args) nfsv4.Close4res {
 	if st := q.needFH(); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	s, st := q.resolveSid(a.OpenStateid)
-	if st != nfsv4.NFS4_OK {
-		return fail(st)
-	}
 	t := q.s.state
 	t.mu.Lock()
-	x, st := q.seqState(s, a.Seqid)
+	o, st := seqStateOf[*openState](q, a.OpenStateid, a.Seqid)
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)
-	}
-	o, ok := x.(*openState)
-	if !ok || o.ino != q.cur {
-		t.mu.Unlock()
-		return fail(nfsv4.NFS4ERR_BAD_STATEID)
 	}
 	o.seq = bumpSeq(o.seq)
 	res := sid(o.other, o.seq)

@@ -135,6 +135,26 @@ func (q *request) seqState(s nfsv4.Stateid4, seqid uint32) (any, nfsv4.Nfsstat4)
 	return x, nfsv4.NFS4_OK
 }
 
+// seqStateOf is seqState for the operations that name a state of kind T
+// (*openState or *lockState) on the current file, after resolveSid: a
+// state of the other kind or on another file is NFS4ERR_BAD_STATEID.
+// Requires the table mutex.
+func seqStateOf[T *openState | *lockState](q *request, s nfsv4.Stateid4, seqid uint32) (T, nfsv4.Nfsstat4) {
+	s, st := q.resolveSid(s)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	x, st := q.seqState(s, seqid)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	v, ok := x.(T)
+	if !ok || stateIno(x) != q.cur {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	return v, nfsv4.NFS4_OK
+}
+
 // ownerSeq is the seqid ordering of the owner of an open or lock state.
 func ownerSeq(x any) *seqOwner {
 	switch v := x.(type) {

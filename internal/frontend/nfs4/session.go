@@ -133,17 +133,7 @@ func (q *request) createSession(a *nfsv4.CreateSession4args) nfsv4.CreateSession
 	se.back.CaRdmaIrd = nil
 	t.sessions[se.id] = se
 	cl.sessions[se.id] = se
-	var old []*openState
-	var oldID uint64
-	if !cl.confirmed {
-		cl.confirmed = true
-		delete(t.unconfirmed, cl.key)
-		if prev := t.confirmed[cl.key]; prev != nil && prev != cl {
-			oldID = prev.id
-			old = t.removeClient(prev)
-		}
-		t.confirmed[cl.key] = cl
-	}
+	oldID, old := t.confirm(cl)
 	res := nfsv4.CreateSession4resok{CsrSessionid: se.id, CsrSequence: a.CsaSequence,
 		CsrFlags: 0, CsrForeChanAttrs: fore, CsrBackChanAttrs: se.back}
 	cl.csLast = &res
@@ -151,8 +141,7 @@ func (q *request) createSession(a *nfsv4.CreateSession4args) nfsv4.CreateSession
 	cl.renew()
 	t.mu.Unlock()
 	if oldID != 0 {
-		q.s.releaseOpens(old)
-		q.s.fs.ReleaseClientLocks(oldID)
+		q.s.releaseClient(oldID, old)
 	}
 	return &nfsv4.CreateSession4res_NFS4_OK{CsrResok4: res}
 }

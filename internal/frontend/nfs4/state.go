@@ -208,6 +208,24 @@ func (t *stateTable) removeClient(cl *client) []*openState {
 	return opens
 }
 
+// confirm makes cl, if not yet confirmed, its owner's confirmed client. A
+// confirmed client of the same owner that cl replaces (the client
+// rebooted) is dropped; its id and open states are returned for
+// releaseClient outside the mutex, id 0 when there is none. Requires t.mu.
+func (t *stateTable) confirm(cl *client) (oldID uint64, old []*openState) {
+	if cl.confirmed {
+		return 0, nil
+	}
+	cl.confirmed = true
+	delete(t.unconfirmed, cl.key)
+	if prev := t.confirmed[cl.key]; prev != nil && prev != cl {
+		oldID = prev.id
+		old = t.removeClient(prev)
+	}
+	t.confirmed[cl.key] = cl
+	return oldID, old
+}
+
 func (t *stateTable) allClients() []*client {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -227,8 +245,14 @@ func (s *Server) expire(cl *client) {
 	}
 	opens := s.state.removeClient(cl)
 	s.state.mu.Unlock()
+	s.releaseClient(cl.id, opens)
+}
+
+// releaseClient releases the open files and locks of client id, already
+// removed from the tables (removeClient) with open states opens.
+func (s *Server) releaseClient(id uint64, opens []*openState) {
 	s.releaseOpens(opens)
-	s.fs.ReleaseClientLocks(cl.id)
+	s.fs.ReleaseClientLocks(id)
 }
 
 // releaseOpens closes the handles of open states already removed from the

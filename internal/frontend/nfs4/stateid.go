@@ -98,6 +98,29 @@ func stateClient(x any) *client {
 	return nil
 }
 
+// stateIno is the file an open or lock state is on.
+func stateIno(x any) vfs.Ino {
+	switch v := x.(type) {
+	case *openState:
+		return v.ino
+	case *lockState:
+		return v.ino
+	}
+	return 0
+}
+
+// openOfState is the open state x is, or the open the lock state x
+// derives from.
+func openOfState(x any) *openState {
+	switch v := x.(type) {
+	case *openState:
+		return v
+	case *lockState:
+		return v.open
+	}
+	return nil
+}
+
 // openOf returns the open state of a stateid naming an open (or a lock
 // derived from one) on the current file.
 func (q *request) openOf(s nfsv4.Stateid4) (*openState, nfsv4.Nfsstat4) {
@@ -112,13 +135,7 @@ func (q *request) openOf(s nfsv4.Stateid4) (*openState, nfsv4.Nfsstat4) {
 	if st != nfsv4.NFS4_OK {
 		return nil, st
 	}
-	var o *openState
-	switch v := x.(type) {
-	case *openState:
-		o = v
-	case *lockState:
-		o = v.open
-	}
+	o := openOfState(x)
 	if o.ino != q.cur {
 		return nil, nfsv4.NFS4ERR_BAD_STATEID
 	}
@@ -158,13 +175,7 @@ func (q *request) handleOn(ino vfs.Ino, s nfsv4.Stateid4, write bool) (ioHandle,
 		t.mu.Unlock()
 		return ioHandle{}, st
 	}
-	var o *openState
-	switch v := x.(type) {
-	case *openState:
-		o = v
-	case *lockState:
-		o = v.open
-	}
+	o := openOfState(x)
 	if o.ino != ino || o.dead || o.h == nil {
 		t.mu.Unlock()
 		return ioHandle{}, nfsv4.NFS4ERR_BAD_STATEID
