@@ -136,8 +136,12 @@ func (e *Exporter) Flush(ctx context.Context) error {
 		if failed > 0 && i > 3 {
 			return fmt.Errorf("flush: %d exports failed, %d still queued", failed, n)
 		}
-		if i > 1000 {
-			return fmt.Errorf("flush: %d exports still queued", n)
+		// What is left is being exported by the background exporter, or was
+		// queued again by a write meanwhile: give it a moment.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
