@@ -14,27 +14,19 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/engine"
 )
@@ -52,19 +44,16 @@ var (
 )
 
 type bench struct {
-	ctx                 context.Context
-	size                int64
-	files, inflight     int
-	dir, out, date, bin string
+	*benchkit.Run   // Base holds the state dirs, mount points, ganesha's export
+	size            int64
+	files, inflight int
+	bin             string
 
-	base     string    // state dirs, mount points, ganesha's export
-	main     *instance // runs the store; its NFS server and FUSE mount share one engine
-	nfs, gan *nfsFS    // bucketfs's NFS server on main; ganesha (nil if it did not start)
-	fuse     localFS   // a directory on main's FUSE mount
-	pattern  []byte    // the data written and read, repeated
+	main     *benchkit.Instance // runs the store; its NFS server and FUSE mount share one engine
+	nfs, gan *nfsFS             // bucketfs's NFS server on main; ganesha (nil if it did not start)
+	fuse     localFS            // a directory on main's FUSE mount
+	pattern  benchkit.Pattern   // the data written and read
 	results  []*result
-	notes    []string
-	undo     []func() // cleanups, run last first
 }
 
 type result struct {
@@ -77,80 +66,60 @@ type result struct {
 type measurement = func() (float64, error)
 
 func main() {
-	b := &bench{date: time.Now().Format("2006-01-02")}
+	b := &bench{Run: benchkit.New("nfsbench")}
 	size := flag.String("size", "256MiB", "bytes of each sequential write and read")
 	flag.IntVar(&b.files, "files", 2000, "files of 4 KiB to create")
 	flag.IntVar(&b.inflight, "inflight", 8, "NFS READs or WRITEs in flight, and NFS create workers")
-	flag.StringVar(&b.dir, "dir", "/var/tmp", "parent of the temporary state, mount and export directories")
-	flag.StringVar(&b.out, "out", "bench/results", "directory for the Markdown, JSON and CPU profiles")
+	flag.StringVar(&b.Dir, "dir", "/var/tmp", "parent of the temporary state, mount and export directories")
+	flag.StringVar(&b.Out, "out", "bench/results", "directory for the Markdown, JSON and CPU profiles")
 	flag.StringVar(&b.bin, "ganesha", "ganesha.nfsd", "the nfs-ganesha server")
 	flag.Parse()
-	os.Unsetenv("AWS_CA_BUNDLE") // it breaks the bucket client
 	var err error
-	if b.size, err = parseSize(*size); err == nil && min(b.files, b.inflight) < 1 {
+	if b.size, err = benchkit.ParseSize(*size, "256MiB"); err == nil && min(b.files, b.inflight) < 1 {
 		err = errors.New("-files and -inflight must be positive")
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "nfsbench:", err)
-		os.Exit(2)
+		b.Exit(2, err)
 	}
-	var stop context.CancelFunc
-	b.ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := b.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "nfsbench:", err)
-		os.Exit(1)
-	}
+	b.Main(b.run) // stops ganesha, servers and mounts and removes the temporary directories at the end
 }
 
 func (b *bench) run() (err error) {
-	defer b.cleanup() // stops ganesha, servers and mounts; removes the temporary directories
-	// The embedded store chdirs the process: make every path absolute first.
-	for _, p := range []*string{&b.dir, &b.out} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			return err
-		}
-	}
-	if b.base, err = os.MkdirTemp(b.dir, "nfsbench-"); err != nil {
-		return err
-	}
-	b.undo = append(b.undo, func() { os.RemoveAll(b.base) })
-	b.pattern = make([]byte, ioSize+4093) // random, with a period that no I/O size divides
-	rand.NewChaCha8([32]byte{1}).Read(b.pattern)
+	b.pattern = benchkit.NewPattern()
 	// What this goroutine starts is the client's unless labelled otherwise
-	// (pprof.Do on b.ctx restores b.ctx's labels).
-	b.ctx = pprof.WithLabels(b.ctx, pprof.Labels("side", "client"))
-	pprof.SetGoroutineLabels(b.ctx)
+	// (pprof.Do on b.Ctx restores b.Ctx's labels).
+	b.Ctx = pprof.WithLabels(b.Ctx, pprof.Labels("side", "client"))
+	pprof.SetGoroutineLabels(b.Ctx)
 	if b.main, err = b.open(engine.Config{}, "main", "s3-store", true, true); err == nil {
-		b.fuse = localFS(filepath.Join(b.main.mnt, "fuse"))
-		err = errors.Join(os.MkdirAll(b.out, 0o755), os.Mkdir(string(b.fuse), 0o755))
+		b.fuse = localFS(filepath.Join(b.main.Mnt, "fuse"))
+		err = os.Mkdir(string(b.fuse), 0o755)
 	}
 	if err == nil {
-		b.nfs, err = b.dial(b.ctx, b.main.addr)
+		b.nfs, err = b.dial(b.Ctx, b.main.Addr)
 	}
 	if err != nil {
 		return err
 	}
 	if err := b.startGanesha(); err != nil {
 		fmt.Fprintln(os.Stderr, "nfsbench: ganesha:", err)
-		b.notes = append(b.notes, "ganesha not measured: "+err.Error())
+		b.Notes = append(b.Notes, "ganesha not measured: "+err.Error())
 	}
-	b.notes = append(b.notes,
+	b.Notes = append(b.Notes,
 		fmt.Sprintf("MB/s is 10^6 bytes/s; one run each; %d CPUs shared by this process (store, engines, NFS servers, FUSE, client) and ganesha", runtime.NumCPU()),
 		fmt.Sprintf("NFS: one Go client connection per server (NFSv4.1, AUTH_SYS uid 0); 1 MiB READs and WRITEs, %d in flight; a write is OPEN (create), UNSTABLE WRITEs, COMMIT and CLOSE, all timed; reads are timed from the first READ to the last", b.inflight),
 		"FUSE: 1 MiB pwrites one after another, then fsync; 1 MiB preads one after another",
 		fmt.Sprintf("NFS create: OPEN (GUARDED create), one UNSTABLE 4 KiB WRITE and CLOSE per file, no COMMIT, %d workers; FUSE create: open, one write, close per file, one after another, no fsync", b.inflight),
 		fmt.Sprintf("raw S3: one multipart PUT of %s parts, %d at a time, to cold/object; the cold reads read that object; raw read: %s ranged GETs, %d at a time",
-			human(partSize), rawParallel, human(partSize), rawParallel),
+			benchkit.MiB(partSize), rawParallel, benchkit.MiB(partSize), rawParallel),
 		fmt.Sprintf("export delay %v: nothing is uploaded during a measurement, so bucketfs writes are the file side's numbers", exportDelay))
-	bucketRead := func(p []byte, off int64) (int, error) {
-		return b.main.eng.Bucket.ReadAt(b.ctx, "cold/object", "", p, off)
-	}
+	bucketRead := benchkit.ReaderFunc(func(p []byte, off int64) (int, error) {
+		return b.main.Eng.Bucket.ReadAt(b.Ctx, "cold/object", "", p, off)
+	})
 	tests := []struct {
 		name, unit string
 		run        [4]measurement // by target
 	}{
-		{"seq write " + human(b.size), "MB/s", [4]measurement{
+		{"seq write " + benchkit.MiB(b.size), "MB/s", [4]measurement{
 			func() (float64, error) {
 				return b.profile("write", func() (float64, error) { return b.write(b.nfs, "write", b.inflight) })
 			},
@@ -158,13 +127,13 @@ func (b *bench) run() (err error) {
 			func() (float64, error) { return b.write(b.fuse, "write", 1) },
 			b.rawWrite,
 		}},
-		{"cold read " + human(b.size), "MB/s", [4]measurement{
+		{"cold read " + benchkit.MiB(b.size), "MB/s", [4]measurement{
 			b.fresh("cold-nfs", true, func(fs fsys) (float64, error) {
 				return b.profile("read", func() (float64, error) { return b.read(fs, "object", b.inflight) })
 			}),
-			func() (float64, error) { b.dropCaches(); return b.read(b.gan, "write", b.inflight) },
+			func() (float64, error) { b.DropCaches(); return b.read(b.gan, "write", b.inflight) },
 			b.fresh("cold-fuse", false, func(fs fsys) (float64, error) { return b.read(fs, "object", 1) }),
-			func() (float64, error) { b.dropCaches(); return b.check(readerFunc(bucketRead), partSize, rawParallel) },
+			func() (float64, error) { b.DropCaches(); return b.check(bucketRead, partSize, rawParallel) },
 		}},
 		{fmt.Sprintf("create %d x 4 KiB", b.files), "files/s", [4]measurement{
 			func() (float64, error) { return b.create(b.nfs, b.inflight) },
@@ -191,8 +160,8 @@ func (b *bench) run() (err error) {
 func (b *bench) measure(r *result, target string, m measurement) error {
 	syscall.Sync()
 	v, err := m()
-	if err != nil && target == "ganesha" && b.ctx.Err() == nil {
-		b.notes = append(b.notes, fmt.Sprintf("%s on ganesha failed: %v", r.Test, err))
+	if err != nil && target == "ganesha" && b.Ctx.Err() == nil {
+		b.Notes = append(b.Notes, fmt.Sprintf("%s on ganesha failed: %v", r.Test, err))
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("%s, %s: %w", r.Test, target, err)
@@ -209,7 +178,7 @@ func (b *bench) measure(r *result, target string, m measurement) error {
 
 // profile writes a CPU profile of the whole process while m runs.
 func (b *bench) profile(phase string, m measurement) (float64, error) {
-	name := filepath.Join(b.out, "nfsbench-"+b.date+"-"+phase+".pprof")
+	name := filepath.Join(b.Out, "nfsbench-"+b.Date+"-"+phase+".pprof")
 	w, err := os.Create(name)
 	if err != nil {
 		return 0, err
@@ -219,7 +188,7 @@ func (b *bench) profile(phase string, m measurement) (float64, error) {
 		return 0, err
 	}
 	defer pprof.StopCPUProfile()
-	b.notes = append(b.notes, "CPU profile of the process during the bucketfs NFS "+phase+", labelled by side: "+name)
+	b.Notes = append(b.Notes, "CPU profile of the process during the bucketfs NFS "+phase+", labelled by side: "+name)
 	return m()
 }
 
@@ -231,8 +200,8 @@ func (b *bench) write(fs fsys, name string, workers int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = b.parallel(b.size, ioSize, workers, func(off int64, buf, _ []byte) error {
-		b.ReadAt(buf, off)
+	err = benchkit.Parallel(b.Ctx, b.size, ioSize, workers, func(off int64, buf []byte) error {
+		b.pattern.ReadAt(buf, off)
 		_, err := f.WriteAt(buf, off)
 		return err
 	})
@@ -240,7 +209,7 @@ func (b *bench) write(fs fsys, name string, workers int) (float64, error) {
 		err = f.Sync()
 	}
 	err = errors.Join(err, f.Close())
-	return rate(b.size, start) / 1e6, err
+	return benchkit.Rate(b.size, start) / 1e6, err
 }
 
 // read reads the file name, workers reads at a time, and checks it.
@@ -257,17 +226,17 @@ func (b *bench) read(fs fsys, name string, workers int) (float64, error) {
 // them with the pattern.
 func (b *bench) check(f io.ReaderAt, chunk int64, workers int) (float64, error) {
 	start := time.Now()
-	err := b.parallel(b.size, chunk, workers, func(off int64, buf, want []byte) error {
+	err := benchkit.Parallel(b.Ctx, b.size, chunk, workers, func(off int64, buf []byte) error {
 		n, err := f.ReadAt(buf, off)
 		if err == io.EOF && n == len(buf) {
 			err = nil
 		}
-		if b.ReadAt(want, off); err == nil && !bytes.Equal(buf, want) {
+		if err == nil && !b.pattern.Matches(buf, off) {
 			err = fmt.Errorf("read: wrong data in [%d,+%d)", off, len(buf))
 		}
 		return err
 	})
-	return rate(b.size, start) / 1e6, err
+	return benchkit.Rate(b.size, start) / 1e6, err
 }
 
 // create makes -files files of 4 KiB in a new directory, workers at a time.
@@ -276,7 +245,7 @@ func (b *bench) create(fs fsys, workers int) (float64, error) {
 		return 0, err
 	}
 	start := time.Now()
-	err := b.parallel(int64(b.files), 1, workers, func(i int64, _, _ []byte) error {
+	err := benchkit.Parallel(b.Ctx, int64(b.files), 1, workers, func(i int64, _ []byte) error {
 		f, err := fs.Open(fmt.Sprintf("create/f%05d", i), true)
 		if err != nil {
 			return err
@@ -284,72 +253,18 @@ func (b *bench) create(fs fsys, workers int) (float64, error) {
 		_, err = f.WriteAt(b.pattern[:4096], 0)
 		return errors.Join(err, f.Close())
 	})
-	return rate(int64(b.files), start), err
+	return benchkit.Rate(int64(b.files), start), err
 }
 
 // rawWrite puts cold/object with a multipart upload, which the cold reads read.
 func (b *bench) rawWrite() (float64, error) {
 	var parts []bucket.Part
 	for off := int64(0); off < b.size; off += partSize {
-		parts = append(parts, bucket.Part{Off: off, Len: min(partSize, b.size-off), Src: b})
+		parts = append(parts, bucket.Part{Off: off, Len: min(partSize, b.size-off), Src: b.pattern})
 	}
 	start := time.Now()
-	_, err := b.main.eng.Bucket.PutParts(b.ctx, "cold/object", parts, rawParallel, bucket.PutOptions{})
-	return rate(b.size, start) / 1e6, err
-}
-
-// parallel calls fn for 0, step, 2*step ... below n, in that order, on
-// workers goroutines, with two buffers of min(step, n-off) bytes, until the
-// first error.
-func (b *bench) parallel(n, step int64, workers int, fn func(off int64, buf, want []byte) error) error {
-	ctx, cancel := context.WithCancelCause(b.ctx)
-	defer cancel(nil)
-	offs := make(chan int64)
-	go func() {
-		defer close(offs)
-		for off := int64(0); off < n && ctx.Err() == nil; off += step {
-			offs <- off
-		}
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			buf, want := make([]byte, step), make([]byte, step)
-			for off := range offs {
-				if k := min(step, n-off); ctx.Err() == nil {
-					if err := fn(off, buf[:k], want[:k]); err != nil {
-						cancel(err)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return context.Cause(ctx)
-}
-
-// ReadAt fills p with the data at off: the pattern, repeated. It is the
-// source of the raw multipart upload.
-func (b *bench) ReadAt(p []byte, off int64) (int, error) {
-	for n := 0; n < len(p); {
-		n += copy(p[n:], b.pattern[(off+int64(n))%int64(len(b.pattern)):])
-	}
-	return len(p), nil
-}
-
-// dropCaches empties the page cache so that the next read comes from disk.
-func (b *bench) dropCaches() {
-	syscall.Sync()
-	err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
-	if msg := fmt.Sprint("could not drop caches, so reads may be warm: ", err); err != nil && !slices.Contains(b.notes, msg) {
-		b.notes = append(b.notes, msg)
-	}
-}
-
-func (b *bench) cleanup() {
-	for i := len(b.undo) - 1; i >= 0; i-- {
-		b.undo[i]()
-	}
+	_, err := b.main.Eng.Bucket.PutParts(b.Ctx, "cold/object", parts, rawParallel, bucket.PutOptions{})
+	return benchkit.Rate(b.size, start) / 1e6, err
 }
 
 // report prints the table and writes it, as Markdown and JSON, to -out.
@@ -359,62 +274,23 @@ func (b *bench) report() error {
 		head = append(head, q[0]+"/"+q[1])
 	}
 	md := &strings.Builder{}
-	fmt.Fprintf(md, "# nfsbench %s\n\n| %s |\n|---%s|\n", b.date, strings.Join(head, " | "), strings.Repeat("|--:", len(head)-1))
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	fmt.Fprintf(md, "# nfsbench %s\n\n", b.Date)
+	var rows [][]string
 	for _, r := range b.results {
 		row := []string{r.Test}
 		for _, t := range targets {
-			row = append(row, cell(r.Value, t, "%.1f "+r.Unit))
+			row = append(row, benchkit.Cell(r.Value, t, "%.1f "+r.Unit))
 		}
 		for _, q := range ratios {
-			row = append(row, cell(r.Ratios, q[0]+"/"+q[1], "%.3f"))
+			row = append(row, benchkit.Cell(r.Ratios, q[0]+"/"+q[1], "%.3f"))
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-		fmt.Fprintf(md, "| %s |\n", strings.Join(row, " | "))
+		rows = append(rows, row)
 	}
-	tw.Flush()
+	benchkit.Table(md, "|---"+strings.Repeat("|--:", len(head)-1)+"|", head, rows)
 	md.WriteString("\n")
-	for _, n := range b.notes {
-		fmt.Println("-", n)
-		fmt.Fprintf(md, "- %s\n", n)
-	}
-	js, err := json.MarshalIndent(map[string]any{"date": b.date, "results": b.results, "notes": b.notes,
+	benchkit.PrintNotes(md, b.Notes)
+	return b.WriteResults(md.String(), map[string]any{"date": b.Date, "results": b.results, "notes": b.Notes,
 		"config": map[string]any{"size": b.size, "files": b.files, "inflight": b.inflight, "io_size": ioSize,
 			"raw_part": partSize, "raw_parallel": rawParallel, "export_delay": exportDelay.String(),
-			"dir": b.base, "cpus": runtime.NumCPU(), "go": runtime.Version()}}, "", "  ")
-	if err != nil {
-		return err
-	}
-	stem := filepath.Join(b.out, "nfsbench-"+b.date)
-	fmt.Printf("wrote %s.md and %s.json\n", stem, stem)
-	return errors.Join(os.WriteFile(stem+".md", []byte(md.String()), 0o644),
-		os.WriteFile(stem+".json", append(js, '\n'), 0o644))
+			"dir": b.Base, "cpus": runtime.NumCPU(), "go": runtime.Version()}})
 }
-
-func cell(m map[string]float64, key, format string) string {
-	if v, ok := m[key]; ok {
-		return fmt.Sprintf(format, v)
-	}
-	return "-"
-}
-
-func logErr(what string, err error) {
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nfsbench: %s: %v\n", what, err)
-	}
-}
-
-func rate(n int64, start time.Time) float64 { return float64(n) / time.Since(start).Seconds() }
-
-func parseSize(s string) (int64, error) {
-	num := strings.TrimRight(s, "KMGiB")
-	unit := map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[s[len(num):]]
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || unit == 0 || n < 1 {
-		return 0, fmt.Errorf("bad size %q (want e.g. 256MiB)", s)
-	}
-	return n * unit, nil
-}
-
-func human(n int64) string { return fmt.Sprintf("%.4g MiB", float64(n)/(1<<20)) }

@@ -10,13 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,92 +22,46 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/engine"
-	"bucketfs/internal/frontend/fuse"
-	"bucketfs/internal/frontend/nfs4"
 	"bucketfs/internal/nfsclient"
 )
 
-// instance is an engine with its NFS server (addr) and FUSE mount (mnt).
-type instance struct {
-	eng       *engine.Engine
-	addr, mnt string
-	close     func()
-}
-
-// open opens an engine on cfg with its state in base/name and starts it,
+// open opens an engine on cfg with its state in Base/name and starts it,
 // with an NFS server on a loopback port (nfs) and a FUSE mount on
-// base/name-mnt (mount). The engine's goroutines are labelled label, the NFS
-// server's bucketfs-nfs and FUSE's fuse. in.close undoes it all; it is also
+// Base/name-mnt (mount). The engine's goroutines are labelled label, the NFS
+// server's bucketfs-nfs and FUSE's fuse. in.Close undoes it all; it is also
 // a cleanup.
-func (b *bench) open(cfg engine.Config, name, label string, nfs, mount bool) (in *instance, err error) {
-	cfg.StateDir, cfg.ExportDelay = filepath.Join(b.base, name), exportDelay
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var stops []func()
-	in = &instance{close: sync.OnceFunc(func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	})}
-	b.undo = append(b.undo, in.close)
-	do := func(label string, f func(ctx context.Context)) { pprof.Do(b.ctx, pprof.Labels("side", label), f) }
-	if do(label, func(ctx context.Context) { in.eng, err = engine.Open(ctx, cfg) }); err != nil {
-		return nil, err
-	}
-	stops = append(stops, func() { logErr("close engine "+name, in.eng.Close()) })
-	if nfs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		srv, done := nfs4.New(in.eng.FS, in.eng.Meta.Fsid(), nfs4.Options{RootSquash: false, Logger: cfg.Logger}), make(chan struct{})
-		do("bucketfs-nfs", func(ctx context.Context) { go func() { defer close(done); srv.Serve(ctx, ln) }() })
-		stops = append(stops, func() { logErr("close NFS server "+name, srv.Close()); <-done })
-		in.addr = ln.Addr().String()
-	}
+func (b *bench) open(cfg engine.Config, name, label string, nfs, mount bool) (*benchkit.Instance, error) {
+	cfg.StateDir, cfg.ExportDelay = filepath.Join(b.Base, name), exportDelay
+	serve := benchkit.Serve{NFS: nfs, EngineSide: label, NFSSide: "bucketfs-nfs", FUSESide: "fuse"}
 	if mount {
-		in.mnt = filepath.Join(b.base, name+"-mnt")
-		if err := os.Mkdir(in.mnt, 0o755); err != nil {
-			return nil, err
-		}
-		var srv interface{ Unmount() error }
-		if do("fuse", func(context.Context) { srv, err = fuse.Mount(in.eng.FS, in.mnt, fuse.Options{}) }); err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() {
-			if err := srv.Unmount(); err != nil {
-				logErr("unmount "+in.mnt+"; detaching it", err)
-				syscall.Unmount(in.mnt, syscall.MNT_DETACH)
-			}
-		})
+		serve.Mnt = filepath.Join(b.Base, name+"-mnt")
 	}
-	do(label, func(context.Context) { in.eng.Start() })
-	return in, nil
+	return b.Open(cfg, name, serve)
 }
 
 // fresh is a measurement of read on a new engine over the object the raw
 // write put, with an NFS server (nfs) or a FUSE mount, after dropping caches.
 func (b *bench) fresh(name string, nfs bool, read func(fsys) (float64, error)) measurement {
 	return func() (float64, error) {
-		st := b.main.eng.Store
-		in, err := b.open(engine.Config{Bucket: st.Bucket, Prefix: "cold/", Endpoint: st.Endpoint, Region: st.Region,
-			AccessKey: st.AccessKey, SecretKey: st.SecretKey}, name, map[bool]string{true: "bucketfs-nfs", false: "fuse"}[nfs], nfs, !nfs)
+		in, err := b.open(benchkit.OverStore(b.main.Eng, "cold/"), name, map[bool]string{true: "bucketfs-nfs", false: "fuse"}[nfs], nfs, !nfs)
 		if err != nil {
 			return 0, err
 		}
-		defer in.close()
-		var fs fsys = localFS(in.mnt)
+		defer in.Close()
+		var fs fsys = localFS(in.Mnt)
 		if nfs {
-			if fs, err = b.dial(b.ctx, in.addr); err != nil {
+			if fs, err = b.dial(b.Ctx, in.Addr); err != nil {
 				return 0, err
 			}
 		}
-		b.dropCaches()
-		before := in.eng.Bucket.Stats()
+		b.DropCaches()
+		before := in.Eng.Bucket.Stats()
 		v, err := read(fs)
-		s := in.eng.Bucket.Stats()
-		b.notes = append(b.notes, fmt.Sprintf("%s read: %d GETs, %s from the bucket for a %s file",
-			name, s.Get-before.Get, human(int64(s.BytesRead-before.BytesRead)), human(b.size)))
+		s := in.Eng.Bucket.Stats()
+		b.Notes = append(b.Notes, fmt.Sprintf("%s read: %d GETs, %s from the bucket for a %s file",
+			name, s.Get-before.Get, benchkit.MiB(int64(s.BytesRead-before.BytesRead)), benchkit.MiB(b.size)))
 		return v, err
 	}
 }
@@ -125,7 +77,7 @@ EXPORT { Export_Id = 1; Path = %q; Pseudo = "/"; Protocols = 4; Transports = TCP
 // startGanesha runs ganesha in the foreground on a free loopback port with
 // a VFS export of base/ganesha/export, and connects b.gan to it.
 func (b *bench) startGanesha() error {
-	dir := filepath.Join(b.base, "ganesha")
+	dir := filepath.Join(b.Base, "ganesha")
 	conf, log := filepath.Join(dir, "ganesha.conf"), filepath.Join(dir, "ganesha.log")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,7 +97,7 @@ func (b *bench) startGanesha() error {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	b.undo = append(b.undo, func() {
+	b.Defer(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -155,18 +107,18 @@ func (b *bench) startGanesha() error {
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		ctx, cancel := context.WithTimeout(b.Ctx, 2*time.Second)
 		b.gan, err = b.dial(ctx, fmt.Sprintf("127.0.0.1:%d", port))
 		if cancel(); err == nil {
 			v, _ := exec.Command(b.bin, "-v").CombinedOutput()
-			b.notes = append(b.notes, fmt.Sprintf("ganesha: %s, VFS export of a directory beside the bucketfs state", bytes.TrimSpace(v)))
+			b.Notes = append(b.Notes, fmt.Sprintf("ganesha: %s, VFS export of a directory beside the bucketfs state", bytes.TrimSpace(v)))
 			return nil
 		}
 		select {
 		case <-exited:
 			err = fmt.Errorf("%s exited at start: %v", b.bin, cmd.ProcessState)
-		case <-b.ctx.Done():
-			return b.ctx.Err()
+		case <-b.Ctx.Done():
+			return b.Ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 			if time.Now().Before(deadline) {
 				continue
@@ -217,9 +169,9 @@ func (b *bench) dial(ctx context.Context, addr string) (*nfsFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.undo = append(b.undo, func() { c.Shutdown(context.Background()) })
+	b.Defer(func() { c.Shutdown(context.Background()) })
 	root, err := c.RootFH(ctx)
-	return &nfsFS{ctx: b.ctx, c: c, dirs: map[string][]byte{"": root}}, err
+	return &nfsFS{ctx: b.Ctx, c: c, dirs: map[string][]byte{"": root}}, err
 }
 
 func (n *nfsFS) Mkdir(dir string) (err error) {
@@ -278,8 +230,3 @@ func (f *nfsFile) Sync() error {
 }
 
 func (f *nfsFile) Close() error { return f.c.CloseFile(f.ctx, f.f) }
-
-// readerFunc is a ReadAt function as an io.ReaderAt.
-type readerFunc func(p []byte, off int64) (int, error)
-
-func (f readerFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/nfsclient"
 )
 
@@ -94,13 +95,13 @@ type nfsFS struct {
 // dialNFS sets up an NFSv4.1 client as root for the work area root; it is
 // shut down as a cleanup.
 func (s *suite) dialNFS(addr, root string) (*nfsFS, error) {
-	c, err := nfsclient.Dial(s.ctx, addr, nfsclient.Config{MinorVersion: 1,
+	c, err := nfsclient.Dial(s.Ctx, addr, nfsclient.Config{MinorVersion: 1,
 		Auth: nfsclient.AuthSys{UID: 0, GID: 0}, RenewInterval: 3 * time.Second})
 	if err != nil {
 		return nil, err
 	}
-	s.undo = append(s.undo, func() { c.Shutdown(context.Background()) })
-	return &nfsFS{ctx: s.ctx, c: c, root: root, dirs: map[string][]byte{}}, nil
+	s.Defer(func() { c.Shutdown(context.Background()) })
+	return &nfsFS{ctx: s.Ctx, c: c, root: root, dirs: map[string][]byte{}}, nil
 }
 
 // dir returns the handle of the directory name ("" is the work area).
@@ -231,35 +232,6 @@ func (f *nfsFile) Sync() error {
 
 func (f *nfsFile) Close() error { return f.c.CloseFile(f.ctx, f.f) }
 
-// parallel calls fn for 0, step, 2*step ... below n on workers goroutines,
-// with a buffer of min(step, n-off) bytes each, until the first error.
-func parallel(ctx context.Context, n, step int64, workers int, fn func(off int64, buf []byte) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	offs := make(chan int64)
-	go func() {
-		defer close(offs)
-		for off := int64(0); off < n && ctx.Err() == nil; off += step {
-			offs <- off
-		}
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			buf := make([]byte, step)
-			for off := range offs {
-				if ctx.Err() == nil {
-					if err := fn(off, buf[:min(step, n-off)]); err != nil {
-						cancel(err)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return context.Cause(ctx)
-}
-
 // writeFile writes size bytes of the pattern to the new file name in
 // 1 MiB writes (fs.Inflight() at a time), then syncs if sync and closes it.
 func (s *suite) writeFile(fs fsys, name string, size int64, sync bool) error {
@@ -267,8 +239,8 @@ func (s *suite) writeFile(fs fsys, name string, size int64, sync bool) error {
 	if err != nil {
 		return err
 	}
-	err = parallel(s.ctx, size, ioSize, fs.Inflight(), func(off int64, buf []byte) error {
-		s.ReadAt(buf, off)
+	err = benchkit.Parallel(s.Ctx, size, ioSize, fs.Inflight(), func(off int64, buf []byte) error {
+		s.pattern.ReadAt(buf, off)
 		_, err := f.WriteAt(buf, off)
 		return err
 	})
@@ -292,27 +264,14 @@ func (s *suite) readFile(fs fsys, name string, size int64) error {
 // check reads size bytes of f in chunks, workers at a time, and compares
 // them with the pattern.
 func (s *suite) check(f io.ReaderAt, size, chunk int64, workers int) error {
-	return parallel(s.ctx, size, chunk, workers, func(off int64, buf []byte) error {
+	return benchkit.Parallel(s.Ctx, size, chunk, workers, func(off int64, buf []byte) error {
 		n, err := f.ReadAt(buf, off)
 		if err == io.EOF && n == len(buf) {
 			err = nil
 		}
-		if err == nil && !s.matches(buf, off) {
+		if err == nil && !s.pattern.Matches(buf, off) {
 			err = fmt.Errorf("wrong data in [%d,+%d)", off, len(buf))
 		}
-		return cmp.Or(err, s.ctx.Err())
+		return cmp.Or(err, s.Ctx.Err())
 	})
-}
-
-// matches reports whether p is the pattern at off.
-func (s *suite) matches(p []byte, off int64) bool {
-	for n := 0; n < len(p); {
-		i := (off + int64(n)) % int64(len(s.pattern))
-		k := min(len(p)-n, len(s.pattern)-int(i))
-		if string(p[n:n+k]) != string(s.pattern[i:int(i)+k]) {
-			return false
-		}
-		n += k
-	}
-	return true
 }

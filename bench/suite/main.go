@@ -16,22 +16,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/engine"
 )
 
@@ -63,22 +57,17 @@ var (
 )
 
 type suite struct {
-	ctx       context.Context
-	sz        sizes
-	quick     bool
-	skipPeers bool
-	only      map[int]bool
-	dir, out  string
-	date      string
-	timeout   time.Duration // per peer measurement of the slow metadata workloads
+	*benchkit.Run // Base holds the state dirs, mount points, local directories
+	sz            sizes
+	quick         bool
+	skipPeers     bool
+	only          map[int]bool
+	timeout       time.Duration // per peer measurement of the slow metadata workloads
 
-	base     string         // state dirs, mount points, local directories
 	eng      *engine.Engine // the main engine; it runs the embedded store
 	targets  []*target
-	pattern  []byte // the data written and read, repeated
+	pattern  benchkit.Pattern // the data written and read
 	results  []*result
-	notes    []string
-	undo     []func() // cleanups, run last first
 	profiles []string // stems of the profiles written
 }
 
@@ -87,17 +76,16 @@ func main() {
 		rssChild() // workload 9's child process
 		return
 	}
-	s := &suite{date: time.Now().Format("2006-01-02")}
+	s := &suite{Run: benchkit.New("suite")}
 	flag.BoolVar(&s.quick, "quick", false, "small sizes: the whole suite in about 3 minutes")
 	only := flag.String("only", "", "comma-separated workload numbers to run (default all: 1-9)")
 	flag.BoolVar(&s.skipPeers, "skip-peers", false, "do not install or run s3fs and rclone")
-	flag.StringVar(&s.dir, "dir", "/var/tmp", "parent of the temporary state, mount and local directories")
-	flag.StringVar(&s.out, "out", "bench/results", "directory for the Markdown, JSON and profiles")
+	flag.StringVar(&s.Dir, "dir", "/var/tmp", "parent of the temporary state, mount and local directories")
+	flag.StringVar(&s.Out, "out", "bench/results", "directory for the Markdown, JSON and profiles")
 	bigDir := flag.Int("bigdir", 0, "objects in workload 8's directory (default 100,000; 20,000 with -quick)")
 	entries := flag.Int("entries", 0, "namespace entries of workload 9 (default 1,000,000; 200,000 with -quick)")
 	flag.DurationVar(&s.timeout, "peer-timeout", 60*time.Second, "bound on one peer measurement of workloads 4, 5, 6 and 8")
 	flag.Parse()
-	os.Unsetenv("AWS_CA_BUNDLE") // it breaks the bucket client
 	s.sz = fullSizes
 	if s.quick {
 		s.sz = quickSizes
@@ -108,50 +96,28 @@ func main() {
 		for _, w := range strings.Split(*only, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(w))
 			if err != nil || n < 1 || n > 9 {
-				fmt.Fprintf(os.Stderr, "suite: bad -only %q (want workload numbers 1-9)\n", *only)
-				os.Exit(2)
+				s.Exit(2, fmt.Errorf("bad -only %q (want workload numbers 1-9)", *only))
 			}
 			s.only[n] = true
 		}
 	}
-	var stop context.CancelFunc
-	s.ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := s.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "suite:", err)
-		os.Exit(1)
-	}
+	s.Main(s.run) // unmounts, stops the peers and removes the temporary directories at the end
 }
 
 func (s *suite) run() (err error) {
-	defer s.cleanup() // unmounts, stops the peers, removes the temporary directories
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
 	start := time.Now()
-	// The embedded store chdirs the process: make every path absolute first.
-	for _, p := range []*string{&s.dir, &s.out} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			return err
-		}
-	}
-	if s.base, err = os.MkdirTemp(s.dir, "suite-"); err != nil {
-		return err
-	}
-	s.undo = append(s.undo, func() { os.RemoveAll(s.base) })
-	if err := os.MkdirAll(s.out, 0o755); err != nil {
-		return err
-	}
-	s.pattern = make([]byte, ioSize+4093) // random, with a period that no I/O size divides
-	rand.NewChaCha8([32]byte{1}).Read(s.pattern)
-	s.notes = append(s.notes,
+	s.pattern = benchkit.NewPattern()
+	s.Notes = append(s.Notes,
 		fmt.Sprintf("%d CPUs, %s; one process runs the embedded store, the bucketfs engine, its FUSE and NFS servers, the loopback file system and the measuring client; s3fs, rclone and fio are child processes", runtime.NumCPU(), runtime.Version()),
 		fmt.Sprintf("export delay %v: bucketfs uploads nothing during a measurement; one run each, so expect tens of percent of noise", exportDelay),
 		"ratios are speeds: above 1 is faster than the reference (rates divided, times inverted)")
 	if s.quick {
-		s.notes = append(s.notes, "-quick: reduced sizes (see the config in the JSON); workload 8 uses "+strconv.Itoa(s.sz.bigDir)+" objects, workload 9 "+strconv.Itoa(s.sz.entries)+" entries")
+		s.Notes = append(s.Notes, "-quick: reduced sizes (see the config in the JSON); workload 8 uses "+strconv.Itoa(s.sz.bigDir)+" objects, workload 9 "+strconv.Itoa(s.sz.entries)+" entries")
 	}
 	if err := s.setup(); err != nil {
 		return err
@@ -163,56 +129,16 @@ func (s *suite) run() (err error) {
 		fmt.Fprintf(os.Stderr, "== workload %d: %s\n", w.n, w.name)
 		t0 := time.Now()
 		if err := w.run(s); err != nil {
-			if s.ctx.Err() != nil {
+			if s.Ctx.Err() != nil {
 				return err
 			}
-			s.note("workload %d (%s) stopped: %v", w.n, w.name, err)
+			s.Note("workload %d (%s) stopped: %v", w.n, w.name, err)
 			fmt.Fprintf(os.Stderr, "suite: workload %d: %v\n", w.n, err)
 		}
 		fmt.Fprintf(os.Stderr, "   (%.1f s)\n", time.Since(t0).Seconds())
 	}
-	s.note("the suite took %.0f s", time.Since(start).Seconds())
+	s.Note("the suite took %.0f s", time.Since(start).Seconds())
 	return s.report()
-}
-
-func (s *suite) note(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if !slices.Contains(s.notes, msg) {
-		s.notes = append(s.notes, msg)
-	}
-}
-
-func (s *suite) cleanup() {
-	for i := len(s.undo) - 1; i >= 0; i-- {
-		s.undo[i]()
-	}
-	s.undo = nil
-}
-
-// ReadAt fills p with the data at off: the pattern, repeated.
-func (s *suite) ReadAt(p []byte, off int64) (int, error) {
-	for n := 0; n < len(p); {
-		n += copy(p[n:], s.pattern[(off+int64(n))%int64(len(s.pattern)):])
-	}
-	return len(p), nil
-}
-
-// dropCaches empties the page cache so that the next read comes from disk.
-func (s *suite) dropCaches() {
-	syscall.Sync()
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
-		s.note("could not drop caches, so cold reads may be warm: %v", err)
-	}
-}
-
-func logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-func logErr(what string, err error) {
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "suite: %s: %v\n", what, err)
-	}
 }
 
 func cmpOr(a, b int) int {

@@ -25,22 +25,22 @@ const peerBucket = "peers"
 // run is noted and left out.
 func (s *suite) peers() {
 	st := s.eng.Store
-	if err := st.CreateBucket(s.ctx, peerBucket, false); err != nil {
-		s.note("peers not measured: create bucket %s: %v", peerBucket, err)
+	if err := st.CreateBucket(s.Ctx, peerBucket, false); err != nil {
+		s.Note("peers not measured: create bucket %s: %v", peerBucket, err)
 		return
 	}
-	c, err := bucket.New(s.ctx, bucket.Config{Bucket: peerBucket, Endpoint: st.Endpoint, Region: st.Region,
+	c, err := bucket.New(s.Ctx, bucket.Config{Bucket: peerBucket, Endpoint: st.Endpoint, Region: st.Region,
 		AccessKey: st.AccessKey, SecretKey: st.SecretKey})
 	if err != nil {
-		s.note("peers not measured: bucket client: %v", err)
+		s.Note("peers not measured: bucket client: %v", err)
 		return
 	}
-	s.undo = append(s.undo, c.Close)
+	s.Defer(c.Close)
 	for _, p := range []struct {
 		name, pkg string
 		mount     func(mnt string) (*exec.Cmd, error)
 	}{{tS3fs, "s3fs", s.s3fs}, {tRclone, "rclone", s.rclone}} {
-		mnt := filepath.Join(s.base, p.pkg)
+		mnt := filepath.Join(s.Base, p.pkg)
 		var cmd *exec.Cmd
 		err := s.install(p.pkg, p.pkg)
 		if err == nil {
@@ -50,7 +50,7 @@ func (s *suite) peers() {
 			err = os.Mkdir(filepath.Join(mnt, p.pkg), 0o755) // the work area
 		}
 		if err != nil {
-			s.note("%s not measured: %v", p.name, err)
+			s.Note("%s not measured: %v", p.name, err)
 			fmt.Fprintf(os.Stderr, "suite: %s not measured: %v\n", p.name, err)
 			continue
 		}
@@ -71,7 +71,7 @@ func (s *suite) install(bin, pkg string) error {
 	}
 	fmt.Fprintf(os.Stderr, "suite: installing %s with apt-get\n", pkg)
 	apt := func(args ...string) error {
-		cmd := exec.CommandContext(s.ctx, "apt-get", args...)
+		cmd := exec.CommandContext(s.Ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -88,7 +88,7 @@ func (s *suite) install(bin, pkg string) error {
 			return err
 		}
 	}
-	s.note("installed the Debian package %s", pkg)
+	s.Note("installed the Debian package %s", pkg)
 	_, err := exec.LookPath(bin)
 	return err
 }
@@ -112,10 +112,10 @@ func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, e
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	s.undo = append(s.undo, func() {
+	s.Defer(func() {
 		if mounted(mnt) {
 			if out, err := exec.Command("fusermount3", "-u", mnt).CombinedOutput(); err != nil {
-				logErr("fusermount3 -u "+mnt+"; detaching it", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
+				s.LogErr("fusermount3 -u "+mnt+"; detaching it", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
 				syscall.Unmount(mnt, syscall.MNT_DETACH)
 			}
 		}
@@ -130,8 +130,8 @@ func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, e
 		select {
 		case <-exited:
 			return nil, fmt.Errorf("%s exited at start (%v): %s", cmd.Path, cmd.ProcessState, lastLines(log.String(), 5))
-		case <-s.ctx.Done():
-			return nil, s.ctx.Err()
+		case <-s.Ctx.Done():
+			return nil, s.Ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -139,7 +139,7 @@ func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, e
 		}
 	}
 	v, _ := exec.Command(cmd.Path, "--version").CombinedOutput()
-	s.note("%s: %s: %s", name, firstLine(string(v)), strings.Join(cmd.Args, " "))
+	s.Note("%s: %s: %s", name, firstLine(string(v)), strings.Join(cmd.Args, " "))
 	return cmd, nil
 }
 
@@ -147,7 +147,7 @@ func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, e
 // the store's plain-HTTP endpoint, signing for its region.
 func (s *suite) s3fs(mnt string) (*exec.Cmd, error) {
 	st := s.eng.Store
-	passwd := filepath.Join(s.base, "s3fs.passwd")
+	passwd := filepath.Join(s.Base, "s3fs.passwd")
 	if err := os.WriteFile(passwd, []byte(st.AccessKey+":"+st.SecretKey+"\n"), 0o600); err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (s *suite) s3fs(mnt string) (*exec.Cmd, error) {
 func (s *suite) rclone(mnt string) (*exec.Cmd, error) {
 	st := s.eng.Store
 	cmd := exec.Command("rclone", "mount", "peer:"+peerBucket, mnt,
-		"--vfs-cache-mode", "full", "--cache-dir", filepath.Join(s.base, "rclone-cache"))
+		"--vfs-cache-mode", "full", "--cache-dir", filepath.Join(s.Base, "rclone-cache"))
 	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null",
 		"RCLONE_CONFIG_PEER_TYPE=s3", "RCLONE_CONFIG_PEER_PROVIDER=Other", "RCLONE_CONFIG_PEER_ENDPOINT="+st.Endpoint,
 		"RCLONE_CONFIG_PEER_ACCESS_KEY_ID="+st.AccessKey, "RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY="+st.SecretKey,

@@ -3,8 +3,6 @@ package main
 // Results, the table, and the Markdown and JSON files.
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"text/tabwriter"
+
+	"bucketfs/bench/internal/benchkit"
 )
 
 // result is one row: a metric of a workload, measured on some targets.
@@ -91,7 +91,7 @@ func (s *suite) report() error {
 		}
 	}
 	md := &strings.Builder{}
-	fmt.Fprintf(md, "# bench/suite %s\n\nAbsolute figures (unit per row):\n\n", s.date)
+	fmt.Fprintf(md, "# bench/suite %s\n\nAbsolute figures (unit per row):\n\n", s.Date)
 	head := append([]string{"#", "metric", "unit"}, cols...)
 	fmt.Fprintf(md, "| %s |\n|---|---|---%s|\n", strings.Join(head, " | "), strings.Repeat("|--:", len(cols)))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -151,35 +151,24 @@ func (s *suite) report() error {
 	}
 	md.WriteString("\nNotes:\n\n")
 	fmt.Println()
-	for _, n := range append(s.notes, missing...) {
-		fmt.Println("-", n)
-		fmt.Fprintf(md, "- %s\n", n)
-	}
+	benchkit.PrintNotes(md, append(s.Notes, missing...))
 	if len(s.profiles) > 0 {
 		md.WriteString("\nProfiles of the whole process (goroutines labelled side=client, bucketfs, loopback), e.g.\n" +
 			"`go tool pprof -top -tagignore=side=client X.cpu.pprof` and\n" +
 			"`go tool pprof -top -sample_index=alloc_space -diff_base X.allocs-base.pprof X.allocs.pprof`:\n\n")
 		fmt.Println("- profiles (go tool pprof -top -tagignore=side=client X.cpu.pprof):")
 		for _, p := range s.profiles {
-			rel, _ := filepath.Rel(s.out, p)
+			rel, _ := filepath.Rel(s.Out, p)
 			fmt.Fprintf(md, "- `%s.{cpu,allocs,allocs-base}.pprof`\n", rel)
 			fmt.Printf("    %s.{cpu,allocs,allocs-base}.pprof\n", p)
 		}
 	}
-	js, err := json.MarshalIndent(map[string]any{"date": s.date, "targets": cols, "results": s.results,
-		"notes": s.notes, "missing": missing, "profiles": s.profiles,
+	return s.WriteResults(md.String(), map[string]any{"date": s.Date, "targets": cols, "results": s.results,
+		"notes": s.Notes, "missing": missing, "profiles": s.profiles,
 		"config": map[string]any{"quick": s.quick, "seq_bytes": s.sz.seq, "fresh_16mib_files": s.sz.fresh,
 			"small_64kib_files": s.sz.small, "creates": s.sz.creates, "untar_files": s.sz.untar,
 			"rename_files": s.sz.rename, "fio_bytes": s.sz.fioSize, "fio_runtime": s.sz.fioRuntime.String(),
 			"bigdir_objects": s.sz.bigDir, "namespace_entries": s.sz.entries, "peer_timeout": s.timeout.String(),
 			"io_size": ioSize, "raw_part": partSize, "raw_parallel": rawParallel, "nfs_inflight": nfsInflight,
-			"export_delay": exportDelay.String(), "dir": s.base, "cpus": runtime.NumCPU(), "go": runtime.Version()}},
-		"", "  ")
-	if err != nil {
-		return err
-	}
-	stem := filepath.Join(s.out, "suite-"+s.date)
-	fmt.Printf("wrote %s.md and %s.json\n", stem, stem)
-	return errors.Join(os.WriteFile(stem+".md", []byte(md.String()), 0o644),
-		os.WriteFile(stem+".json", append(js, '\n'), 0o644))
+			"export_delay": exportDelay.String(), "dir": s.Base, "cpus": runtime.NumCPU(), "go": runtime.Version()}})
 }

@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/engine"
-	"bucketfs/internal/frontend/fuse"
 	"bucketfs/internal/meta"
 )
 
@@ -31,7 +31,7 @@ func (s *suite) fio() error {
 	if err := s.install("fio", "fio"); err != nil {
 		return err
 	}
-	s.note("7: fio --ioengine=psync --direct=0 --invalidate=0 --bs=4k --size=%s --runtime=%v --time_based, one file shared by the jobs, laid out by fio before the first (random read) run; reads are warm where the page cache keeps the file", human(s.sz.fioSize), s.sz.fioRuntime)
+	s.Note("7: fio --ioengine=psync --direct=0 --invalidate=0 --bs=4k --size=%s --runtime=%v --time_based, one file shared by the jobs, laid out by fio before the first (random read) run; reads are warm where the page cache keeps the file", human(s.sz.fioSize), s.sz.fioRuntime)
 	type job struct {
 		rw   string
 		jobs int
@@ -66,7 +66,7 @@ func (s *suite) fio() error {
 
 // runFio runs one fio job and returns its IOPS.
 func (s *suite) runFio(dir, rw string, jobs int) (float64, error) {
-	cmd := exec.CommandContext(s.ctx, "fio", "--name=w7", "--directory="+dir, "--filename=file",
+	cmd := exec.CommandContext(s.Ctx, "fio", "--name=w7", "--directory="+dir, "--filename=file",
 		"--size="+strconv.FormatInt(s.sz.fioSize, 10), "--bs=4k", "--ioengine=psync", "--direct=0", "--invalidate=0",
 		"--rw="+rw, "--numjobs="+strconv.Itoa(jobs), "--runtime="+strconv.Itoa(int(s.sz.fioRuntime.Seconds())),
 		"--time_based", "--group_reporting", "--output-format=json")
@@ -105,7 +105,7 @@ func (s *suite) bigDir() error {
 	rf := s.row(8, fmt.Sprintf("ls -l of %d, first access", n), "s", false)
 	rw := s.row(8, fmt.Sprintf("ls -l of %d, warm", n), "s", false)
 	data := filepath.Join(s.eng.Store.Dir, "data")
-	s.note("8: %d empty objects written as files into the store's data directory (%s), as versitygw serves them; bucketfs reads them through a fresh engine (its own state) over a prefix of the bucket", n, data)
+	s.Note("8: %d empty objects written as files into the store's data directory (%s), as versitygw serves them; bucketfs reads them through a fresh engine (its own state) over a prefix of the bucket", n, data)
 	return s.each(rf, false, true, func(ctx context.Context, t *target) error {
 		fs, dir := t.fs, "w8"
 		switch {
@@ -126,7 +126,7 @@ func (s *suite) bigDir() error {
 			}
 			t.refreshCache()
 		case t.name == tLoopback:
-			if err := makeDirs(filepath.Join(s.base, "loopback-src", "w8"), n); err != nil {
+			if err := makeDirs(filepath.Join(s.Base, "loopback-src", "w8"), n); err != nil {
 				return err
 			}
 		default:
@@ -134,7 +134,7 @@ func (s *suite) bigDir() error {
 				return err
 			}
 		}
-		s.dropCaches()
+		s.DropCaches()
 		for _, r := range []*result{rf, rw} {
 			start := time.Now()
 			got, err := fs.List(ctx, dir)
@@ -196,8 +196,8 @@ func (s *suite) rss() error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(s.base, "rss")
-	cmd := exec.CommandContext(s.ctx, exe, rssChildArg, strconv.Itoa(s.sz.entries), dir)
+	dir := filepath.Join(s.Base, "rss")
+	cmd := exec.CommandContext(s.Ctx, exe, rssChildArg, strconv.Itoa(s.sz.entries), dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -209,7 +209,7 @@ func (s *suite) rss() error {
 		return fmt.Errorf("child output %q: %w", out, err)
 	}
 	r.set(tFUSE, res["rss_listed"])
-	s.note("9: child process with the embedded store, an engine and a FUSE mount: VmRSS %.0f MB before the namespace, %.0f MB after creating %d entries (%.1f s), %.0f MB after listing every directory through the mount (%.1f s); VmHWM %.0f MB; Go heap in use %.0f MB",
+	s.Note("9: child process with the embedded store, an engine and a FUSE mount: VmRSS %.0f MB before the namespace, %.0f MB after creating %d entries (%.1f s), %.0f MB after listing every directory through the mount (%.1f s); VmHWM %.0f MB; Go heap in use %.0f MB",
 		res["rss_empty"], res["rss_built"], s.sz.entries, res["build_s"], res["rss_listed"], res["list_s"], res["hwm"], res["heap"])
 	return nil
 }
@@ -227,21 +227,15 @@ func rssChild() {
 	}
 	dir, _ := filepath.Abs(os.Args[3])
 	ctx := context.Background()
-	eng, err := engine.Open(ctx, engine.Config{StateDir: filepath.Join(dir, "state"), ExportDelay: exportDelay, Logger: logger()})
-	if err != nil {
-		fail(err)
-	}
-	defer eng.Close()
+	r := benchkit.New("suite")
+	r.Ctx = ctx
+	defer r.Cleanup() // unmounts and closes the engine
 	mnt := filepath.Join(dir, "mnt")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		fail(err)
-	}
-	srv, err := fuse.Mount(eng.FS, mnt, fuse.Options{})
+	in, err := r.Open(engine.Config{StateDir: filepath.Join(dir, "state"), ExportDelay: exportDelay}, "rss", benchkit.Serve{Mnt: mnt})
 	if err != nil {
 		fail(err)
 	}
-	defer unmount(mnt, srv.Unmount)
-	eng.Start()
+	eng := in.Eng
 	res := map[string]float64{"rss_empty": vmStat("VmRSS")}
 	start := time.Now()
 	const perDir = 10_000

@@ -14,12 +14,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/bucket"
 )
 
@@ -51,16 +50,16 @@ func (s *suite) each(r *result, raw, bounded bool, fn func(ctx context.Context, 
 			continue
 		}
 		syscall.Sync()
-		ctx, cancel := s.ctx, context.CancelFunc(func() {})
+		ctx, cancel := s.Ctx, context.CancelFunc(func() {})
 		if bounded && (t.name == tS3fs || t.name == tRclone) {
-			ctx, cancel = context.WithTimeout(s.ctx, s.timeout)
+			ctx, cancel = context.WithTimeout(s.Ctx, s.timeout)
 		}
 		err := s.measure(func() error { return fn(ctx, t) })
-		timedOut := ctx.Err() != nil && s.ctx.Err() == nil
+		timedOut := ctx.Err() != nil && s.Ctx.Err() == nil
 		cancel()
 		switch {
-		case s.ctx.Err() != nil:
-			return s.ctx.Err()
+		case s.Ctx.Err() != nil:
+			return s.Ctx.Err()
 		case errors.Is(err, errSkipped):
 		case err != nil && r != nil:
 			why := err.Error()
@@ -69,7 +68,7 @@ func (s *suite) each(r *result, raw, bounded bool, fn func(ctx context.Context, 
 			}
 			r.miss(t.name, why)
 		case err != nil:
-			s.note("%s: %v", t.name, err)
+			s.Note("%s: %v", t.name, err)
 		}
 	}
 	return nil
@@ -104,15 +103,15 @@ func (s *suite) seqWrite() error {
 func (s *suite) putPattern(c *bucket.Client, key string, size int64) error {
 	var parts []bucket.Part
 	for off := int64(0); off < size; off += partSize {
-		parts = append(parts, bucket.Part{Off: off, Len: min(partSize, size-off), Src: s})
+		parts = append(parts, bucket.Part{Off: off, Len: min(partSize, size-off), Src: s.pattern})
 	}
-	_, err := c.PutParts(s.ctx, key, parts, rawParallel, bucket.PutOptions{})
+	_, err := c.PutParts(s.Ctx, key, parts, rawParallel, bucket.PutOptions{})
 	return err
 }
 
 // put puts size bytes of the pattern at key with one PutObject.
 func (s *suite) put(c *bucket.Client, key string, size int64) error {
-	_, err := c.Put(s.ctx, key, io.NewSectionReader(s, 0, size), size, bucket.PutOptions{})
+	_, err := c.Put(s.Ctx, key, io.NewSectionReader(s.pattern, 0, size), size, bucket.PutOptions{})
 	return err
 }
 
@@ -122,11 +121,11 @@ func (s *suite) waitListed(t *target, dir string, n int) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		t.refreshCache()
-		got, err := t.fs.List(s.ctx, dir)
+		got, err := t.fs.List(s.Ctx, dir)
 		if err == nil && got >= n {
 			return nil
 		}
-		if time.Now().After(deadline) || s.ctx.Err() != nil {
+		if time.Now().After(deadline) || s.Ctx.Err() != nil {
 			return fmt.Errorf("%s lists %d of %d entries after 15 s (%v)", dir, got, n, err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -179,10 +178,10 @@ func (s *suite) coldRead() error {
 	return s.each(r, true, false, func(ctx context.Context, t *target) error {
 		switch {
 		case t.fs == nil:
-			s.dropCaches()
+			s.DropCaches()
 			start := time.Now()
-			err := s.check(readerFunc(func(p []byte, off int64) (int, error) {
-				return t.bucket.ReadAt(s.ctx, t.prefix+"w2/object", "", p, off)
+			err := s.check(benchkit.ReaderFunc(func(p []byte, off int64) (int, error) {
+				return t.bucket.ReadAt(s.Ctx, t.prefix+"w2/object", "", p, off)
 			}), s.sz.seq, partSize, rawParallel)
 			if err != nil {
 				return err
@@ -198,7 +197,7 @@ func (s *suite) coldRead() error {
 				return err
 			}
 		}
-		s.dropCaches()
+		s.DropCaches()
 		stats := getStats(t)
 		var start time.Time
 		err := s.profileFUSE(t, "w2-coldread", func() error { start = time.Now(); return s.readFile(t.fs, "w2/object", s.sz.seq) })
@@ -207,15 +206,11 @@ func (s *suite) coldRead() error {
 		}
 		r.set(t.name, float64(s.sz.seq)/1e6/seconds(start))
 		if st := stats(); st != "" {
-			s.note("2: %s cold read: %s", t.name, st)
+			s.Note("2: %s cold read: %s", t.name, st)
 		}
 		return nil
 	})
 }
-
-type readerFunc func(p []byte, off int64) (int, error)
-
-func (f readerFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
 // 3: the latency of reading whole files one after another: -fresh 16 MiB
 // files and -small 64 KiB files PUT through S3 (local and loopback: written
@@ -263,7 +258,7 @@ func (s *suite) latency() error {
 				read = func(i int) error { return s.getObject(t.bucket, t.prefix+name(i), st.size) }
 			case t.bucket != nil:
 				if err := s.waitListed(t, st.dir, st.n); err != nil {
-					s.note("3: %s: %v; reading them anyway", t.name, err)
+					s.Note("3: %s: %v; reading them anyway", t.name, err)
 				}
 			default:
 				if err := mkdirs(t.fs, st.dir); err != nil {
@@ -279,7 +274,7 @@ func (s *suite) latency() error {
 			if st.size < 1<<20 {
 				passes = append(passes, "warm")
 			}
-			s.dropCaches()
+			s.DropCaches()
 			for _, pass := range passes {
 				lat := make([]float64, 0, st.n)
 				var failed []error
@@ -292,14 +287,14 @@ func (s *suite) latency() error {
 					lat = append(lat, seconds(start)*1e3)
 				}
 				if len(failed) > 0 {
-					s.note("3: %s, %s%s: %d of %d reads failed and are left out, e.g. %v", t.name, st.label, pass, len(failed), st.n, failed[0])
+					s.Note("3: %s, %s%s: %d of %d reads failed and are left out, e.g. %v", t.name, st.label, pass, len(failed), st.n, failed[0])
 				}
 				if len(lat) < st.n/2 {
 					rows[st.dir+pass+"p50"].miss(t.name, fmt.Sprintf("%d of %d reads failed", len(failed), st.n))
 					continue
 				}
-				rows[st.dir+pass+"p50"].set(t.name, percentile(lat, 0.50))
-				rows[st.dir+pass+"p99"].set(t.name, percentile(lat, 0.99))
+				rows[st.dir+pass+"p50"].set(t.name, benchkit.Percentile(lat, 0.50))
+				rows[st.dir+pass+"p99"].set(t.name, benchkit.Percentile(lat, 0.99))
 			}
 		}
 		return nil
@@ -308,24 +303,16 @@ func (s *suite) latency() error {
 
 // getObject reads the object at key with one plain GetObject.
 func (s *suite) getObject(c *bucket.Client, key string, size int64) error {
-	body, _, err := c.Get(s.ctx, key, "", 0, -1)
+	body, _, err := c.Get(s.Ctx, key, "", 0, -1)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
 	data, err := io.ReadAll(body)
-	if err == nil && (int64(len(data)) != size || !s.matches(data, 0)) {
+	if err == nil && (int64(len(data)) != size || !s.pattern.Matches(data, 0)) {
 		err = fmt.Errorf("get %s: wrong data (%d bytes)", key, len(data))
 	}
 	return err
-}
-
-// percentile is the nearest-rank percentile q of v.
-func percentile(v []float64, q float64) float64 {
-	v = slices.Clone(v)
-	sort.Float64s(v)
-	i := int(q*float64(len(v))+0.999999) - 1
-	return v[max(0, min(i, len(v)-1))]
 }
 
 // 4: -creates files of 4 KiB in a new directory (create, write, close),
@@ -463,7 +450,7 @@ func (s *suite) makeTar() (data []byte, files int, size int64, err error) {
 	if err = errors.Join(err, tw.Close()); err != nil {
 		return nil, 0, 0, fmt.Errorf("tar of %s: %w", root, err)
 	}
-	s.note("5: the tar holds the first %d regular files (%s) under %s in walk order, with their directories; extracted with archive/tar, one create, write and close per file, no fsync", files, human(size), root)
+	s.Note("5: the tar holds the first %d regular files (%s) under %s in walk order, with their directories; extracted with archive/tar, one create, write and close per file, no fsync", files, human(size), root)
 	return buf.Bytes(), files, size, nil
 }
 

@@ -14,32 +14,25 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/engine"
-	"bucketfs/internal/frontend/fuse"
 )
 
 const (
@@ -48,15 +41,12 @@ const (
 )
 
 type bench struct {
-	ctx            context.Context
-	n, workers     int
-	poll, delay    time.Duration
-	dir, out, base string
-	s3             *s3.Client
-	bucket         string
-	results        []*result
-	notes          []string
-	undo           []func() // cleanups, run last first
+	*benchkit.Run
+	n, workers  int
+	poll, delay time.Duration
+	s3          *s3.Client
+	bucket      string
+	results     []*result
 }
 
 // result is one measurement: its latencies in ms (timeouts count as the
@@ -74,44 +64,21 @@ type result struct {
 }
 
 func main() {
-	b := &bench{}
+	b := &bench{Run: benchkit.New("syncbench")}
 	flag.IntVar(&b.n, "n", 100, "samples of each measurement")
 	flag.DurationVar(&b.poll, "poll", time.Second, "listing interval of the listing-only engine")
 	flag.DurationVar(&b.delay, "delay", 200*time.Millisecond, "export delay of the events engine")
 	flag.IntVar(&b.workers, "poll-workers", 4, "listing-path samples in flight at once")
-	flag.StringVar(&b.dir, "dir", "/var/tmp", "parent of the temporary state directories and mounts")
-	flag.StringVar(&b.out, "out", "bench/results", "directory for the Markdown and JSON results")
+	flag.StringVar(&b.Dir, "dir", "/var/tmp", "parent of the temporary state directories and mounts")
+	flag.StringVar(&b.Out, "out", "bench/results", "directory for the Markdown and JSON results")
 	flag.Parse()
-	os.Unsetenv("AWS_CA_BUNDLE") // it breaks the bucket client
 	if b.n < 1 || b.workers < 1 || b.poll <= 0 || b.delay <= 0 {
-		fmt.Fprintln(os.Stderr, "syncbench: -n, -poll-workers, -poll and -delay must be positive")
-		os.Exit(2)
+		b.Exit(2, errors.New("-n, -poll-workers, -poll and -delay must be positive"))
 	}
-	var stop context.CancelFunc
-	b.ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := b.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "syncbench:", err)
-		os.Exit(1)
-	}
+	b.Main(b.run) // unmounts and removes the temporary directories at the end
 }
 
-func (b *bench) run() (err error) {
-	defer b.cleanup()
-	date := time.Now().Format("2006-01-02")
-	// The embedded store chdirs the process: make every path absolute first.
-	for _, p := range []*string{&b.dir, &b.out} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			return err
-		}
-	}
-	if b.base, err = os.MkdirTemp(b.dir, "syncbench-"); err != nil {
-		return err
-	}
-	b.undo = append(b.undo, func() { os.RemoveAll(b.base) })
-	if err := os.MkdirAll(b.out, 0o755); err != nil {
-		return err
-	}
+func (b *bench) run() error {
 	engA, mntA, err := b.mount(engine.Config{PollInterval: -1}, "a")
 	if err != nil {
 		return err
@@ -157,8 +124,9 @@ func (b *bench) run() (err error) {
 	if err := b.put("poll/d/seed", "seed"); err != nil {
 		return err
 	}
-	_, mntB, err := b.mount(engine.Config{Bucket: st.Bucket, Prefix: "poll/", Endpoint: st.Endpoint,
-		Region: st.Region, AccessKey: st.AccessKey, SecretKey: st.SecretKey, PollInterval: b.poll}, "b")
+	cfgB := benchkit.OverStore(engA, "poll/")
+	cfgB.PollInterval = b.poll
+	_, mntB, err := b.mount(cfgB, "b")
 	if err != nil {
 		return err
 	}
@@ -184,7 +152,7 @@ func (b *bench) run() (err error) {
 		time.Sleep(rand.N(b.delay)) // not in step with the exporter's scans of its queue
 		key := fmt.Sprintf("ex/f%d", i)
 		return func() bool {
-			_, err := b.s3.HeadObject(b.ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: &key})
+			_, err := b.s3.HeadObject(b.Ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: &key})
 			return err == nil
 		}, os.WriteFile(filepath.Join(mntA, key), data, 0o644)
 	})
@@ -192,7 +160,7 @@ func (b *bench) run() (err error) {
 		return err
 	}
 	ex := b.results[3]
-	b.notes = append(b.notes,
+	b.Notes = append(b.Notes,
 		"targets (issue 3): p99 under 1 s with events, within the poll interval + 1 s with listing only",
 		fmt.Sprintf("export overhead beyond the %v delay: p50 %.1f ms, p99 %.1f ms", b.delay,
 			ex.P50-ms(b.delay), ex.P99-ms(b.delay)),
@@ -200,7 +168,7 @@ func (b *bench) run() (err error) {
 			b.n, tick, deadline, deadline),
 		"kernel attribute and entry caches: 1 s; the engine invalidates them on import, so these are what users see",
 		"one process runs the embedded store, both engines, FUSE and the measuring loops: they share its CPUs")
-	return b.report(date)
+	return b.report()
 }
 
 // measure takes b.n samples, workers at a time. start(i) makes change i
@@ -237,14 +205,13 @@ func (b *bench) measure(test string, target time.Duration, workers int, start fu
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s: %w", test, err)
 	}
-	s := slices.Sorted(slices.Values(r.Samples))
-	for _, v := range s {
+	for _, v := range r.Samples {
 		if v >= ms(deadline) { // not seen within the deadline
 			r.Timeouts++
 		}
 	}
-	pct := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
-	r.P50, r.P90, r.P99, r.Max = pct(.5), pct(.9), pct(.99), s[len(s)-1]
+	pct := func(q float64) float64 { return benchkit.Percentile(r.Samples, q) }
+	r.P50, r.P90, r.P99, r.Max = pct(.5), pct(.9), pct(.99), slices.Max(r.Samples)
 	if target > 0 {
 		met := r.P99 <= ms(target) && r.Timeouts == 0
 		r.Target, r.Met = fmt.Sprintf("p99 <= %v", target), &met
@@ -261,7 +228,7 @@ func (b *bench) wait(start time.Time, seen func() bool) (time.Duration, error) {
 		if time.Since(start) >= deadline {
 			return deadline, nil
 		}
-		if err := b.ctx.Err(); err != nil {
+		if err := b.Ctx.Err(); err != nil {
 			return 0, err
 		}
 		time.Sleep(tick)
@@ -270,7 +237,7 @@ func (b *bench) wait(start time.Time, seen func() bool) (time.Duration, error) {
 }
 
 func (b *bench) put(key, body string) error {
-	_, err := b.s3.PutObject(b.ctx, &s3.PutObjectInput{Bucket: &b.bucket, Key: &key, Body: strings.NewReader(body)})
+	_, err := b.s3.PutObject(b.Ctx, &s3.PutObjectInput{Bucket: &b.bucket, Key: &key, Body: strings.NewReader(body)})
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
@@ -284,74 +251,35 @@ func readsAs(path, want string) func() bool {
 // mount opens an engine on cfg with its own state directory, mounts it and
 // starts it; cleanup unmounts it and closes the engine.
 func (b *bench) mount(cfg engine.Config, name string) (*engine.Engine, string, error) {
-	cfg.StateDir = filepath.Join(b.base, "state-"+name)
+	cfg.StateDir = filepath.Join(b.Base, "state-"+name)
 	cfg.ExportDelay, cfg.RevalidateTTL = b.delay, -1
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	mnt := filepath.Join(b.base, "mnt-"+name)
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		return nil, "", err
-	}
-	eng, err := engine.Open(b.ctx, cfg)
+	in, err := b.Open(cfg, name, benchkit.Serve{Mnt: filepath.Join(b.Base, "mnt-"+name)})
 	if err != nil {
 		return nil, "", err
 	}
-	srv, err := fuse.Mount(eng.FS, mnt, fuse.Options{})
-	if err != nil {
-		eng.Close()
-		return nil, "", err
-	}
-	eng.Start()
-	b.undo = append(b.undo, func() {
-		if err := srv.Unmount(); err != nil {
-			fmt.Fprintf(os.Stderr, "syncbench: unmount %s: %v; detaching it\n", mnt, err)
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-		if err := eng.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "syncbench: close engine:", err)
-		}
-	})
-	return eng, mnt, nil
-}
-
-func (b *bench) cleanup() {
-	for i := len(b.undo) - 1; i >= 0; i-- {
-		b.undo[i]()
-	}
+	return in.Eng, in.Mnt, nil
 }
 
 // report prints the table and writes it, as Markdown and JSON, to -out.
-func (b *bench) report(date string) error {
+func (b *bench) report() error {
 	head := []string{"test", "p50 ms", "p90 ms", "p99 ms", "max ms", "timeouts", "target", "met"}
 	md := &strings.Builder{}
-	fmt.Fprintf(md, "# syncbench %s\n\n| %s |\n|---|--:|--:|--:|--:|--:|---|---|\n", date, strings.Join(head, " | "))
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	fmt.Fprintf(md, "# syncbench %s\n\n", b.Date)
+	var rows [][]string
 	for _, r := range b.results {
 		met := "-"
 		if r.Met != nil {
 			met = map[bool]string{true: "yes", false: "NO"}[*r.Met]
 		}
-		row := []string{r.Test, f1(r.P50), f1(r.P90), f1(r.P99), f1(r.Max), fmt.Sprint(r.Timeouts), r.Target, met}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-		fmt.Fprintf(md, "| %s |\n", strings.Join(row, " | "))
+		rows = append(rows, []string{r.Test, f1(r.P50), f1(r.P90), f1(r.P99), f1(r.Max), fmt.Sprint(r.Timeouts), r.Target, met})
 	}
-	tw.Flush()
+	benchkit.Table(md, "|---|--:|--:|--:|--:|--:|---|---|", head, rows)
 	md.WriteString("\n")
-	for _, n := range b.notes {
-		fmt.Println("-", n)
-		fmt.Fprintf(md, "- %s\n", n)
-	}
-	js, err := json.MarshalIndent(map[string]any{"date": date, "results": b.results, "notes": b.notes,
+	benchkit.PrintNotes(md, b.Notes)
+	return b.WriteResults(md.String(), map[string]any{"date": b.Date, "results": b.results, "notes": b.Notes,
 		"config": map[string]any{"n": b.n, "poll_interval": b.poll.String(), "export_delay": b.delay.String(),
-			"poll_workers": b.workers, "deadline": deadline.String(), "check_every": tick.String(), "dir": b.base,
-			"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}}, "", "  ")
-	if err != nil {
-		return err
-	}
-	stem := filepath.Join(b.out, "syncbench-"+date)
-	fmt.Printf("wrote %s.md and %s.json\n", stem, stem)
-	return errors.Join(os.WriteFile(stem+".md", []byte(md.String()), 0o644),
-		os.WriteFile(stem+".json", append(js, '\n'), 0o644))
+			"poll_workers": b.workers, "deadline": deadline.String(), "check_every": tick.String(), "dir": b.Base,
+			"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
