@@ -40,14 +40,16 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 		}
 		for i, name := range parts {
 			last := i == len(parts)-1
-			if !dir.Has(Listed) {
-				res.Unlisted = dir.Ino
-				return nil // not imported yet: nothing to update
-			}
 			if dir.Ino == s.lostFound {
 				return nil
 			}
 			ino, err := getEntry(r, dir.Ino, name)
+			if errors.Is(err, syscall.ENOENT) && !dir.Has(Listed) {
+				// Not imported yet (a directory only looked up in by
+				// name): its first listing will see the bucket as it is.
+				res.Unlisted = dir.Ino
+				return nil
+			}
 			if errors.Is(err, syscall.ENOENT) {
 				res.Parent, res.Name = dir.Ino, parts[len(parts)-1]
 				res.Missing = parts[i : len(parts)-1]

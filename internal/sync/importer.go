@@ -346,3 +346,58 @@ func (im *Importer) reject(key, why string) {
 		im.log.Warn("object key is not importable", "key", key, "reason", why)
 	}
 }
+
+// LookupOne imports the child name of dir, a directory not listed yet, from
+// the bucket alone: a directory if any key lies under name/ (a directory
+// wins over an object of the same name, as in listings), else the object
+// name, else ENOENT. A later listing of dir adds the rest and keeps this
+// child.
+func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string) error {
+	if validSegment(name) != "" || dir.Ino == meta.RootIno && name == im.meta.LostFoundName() {
+		return syscall.ENOENT
+	}
+	key := dir.Source + name
+	var (
+		head    bucket.ObjectInfo
+		headErr error
+		wg      gosync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		head, headErr = im.bucket.Head(ctx, key, "")
+	}()
+	under, err := im.bucket.List(ctx, key+"/", "", 1)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("look up %q: %w", key, err)
+	}
+	var it meta.Imported
+	switch {
+	case len(under.Objects) > 0 || len(under.Prefixes) > 0:
+		mode, uid, gid, _, mtime := attrsFromMetadata(nil, time.Now(), true)
+		it = meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime}
+	case errors.Is(headErr, bucket.ErrNotFound):
+		return syscall.ENOENT
+	case headErr != nil:
+		return fmt.Errorf("look up %q: %w", key, headErr)
+	default:
+		if it, err = im.fileItem(ctx, name, head, true); err != nil {
+			if errors.Is(err, errNotAFile) {
+				im.reject(key, err.Error())
+				return syscall.ENOENT
+			}
+			return err
+		}
+	}
+	in, err := im.meta.ImportObject(ctx, dir.Ino, nil, name, nil, it)
+	if errors.Is(err, syscall.EAGAIN) {
+		return nil // a listing or another lookup imported it first
+	}
+	if err != nil {
+		return err
+	}
+	im.imported.Add(1)
+	im.validated(&in) // just compared: an open right after needs no HEAD
+	return nil
+}

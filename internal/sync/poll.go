@@ -102,8 +102,13 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 	if err != nil {
 		return err
 	}
-	if !d.IsDir() || !d.Has(meta.Listed) || d.Has(meta.NoExport) {
+	if !d.IsDir() || d.Has(meta.NoExport) {
 		return nil
+	}
+	if !d.Has(meta.Listed) {
+		// Used only by name so far (lookups import one child at a time):
+		// list it now, in the background, so later polls can compare.
+		return im.EnsureListed(ctx, &d)
 	}
 	prefix := d.Source
 	if dir != meta.RootIno && prefix == "" {

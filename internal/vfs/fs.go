@@ -36,6 +36,9 @@ var Root = Cred{}
 type Lister interface {
 	// EnsureListed returns once every child of dir is in meta.
 	EnsureListed(ctx context.Context, dir *meta.Inode) error
+	// LookupOne imports the child name of the not yet listed dir from the
+	// bucket, or fails with ENOENT when the bucket has none.
+	LookupOne(ctx context.Context, dir *meta.Inode, name string) error
 	// Used notes that dir was looked into, so its listing is kept fresh.
 	Used(dir Ino)
 	// RevalidateIfStale compares a clean file with the bucket when it was
@@ -132,7 +135,7 @@ func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 // from the bucket on first access.
 func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {
 	fs.counters.metaOps.Add(1)
-	p, err := fs.dir(ctx, c, parent, mayExec)
+	p, err := fs.searchDir(ctx, c, parent, mayExec, false)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -141,6 +144,18 @@ func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr
 		return p, nil
 	case "..":
 		return fs.parentOf(ctx, p)
+	}
+	in, err := fs.meta.Lookup(ctx, parent, name)
+	if err == nil || p.Has(meta.Listed) || fs.lister == nil || !errors.Is(err, syscall.ENOENT) {
+		return in, err
+	}
+	// A name in a directory not listed yet is looked for in the bucket
+	// alone: finding one file must not wait for a listing of thousands.
+	if err := validName(name); err != nil {
+		return Attr{}, syscall.ENOENT
+	}
+	if err := fs.lister.LookupOne(ctx, &p, name); err != nil {
+		return Attr{}, err
 	}
 	return fs.meta.Lookup(ctx, parent, name)
 }
@@ -162,6 +177,11 @@ func (fs *FS) parentOf(ctx context.Context, dir Attr) (Attr, error) {
 // dir loads directory ino, checks the caller has mask on it, and makes sure
 // its children are imported.
 func (fs *FS) dir(ctx context.Context, c Cred, ino Ino, mask uint32) (Attr, error) {
+	return fs.searchDir(ctx, c, ino, mask, true)
+}
+
+// searchDir is dir, importing the children only when list is set.
+func (fs *FS) searchDir(ctx context.Context, c Cred, ino Ino, mask uint32, list bool) (Attr, error) {
 	d, err := fs.meta.Get(ctx, ino)
 	if err != nil {
 		return Attr{}, err
@@ -175,7 +195,7 @@ func (fs *FS) dir(ctx context.Context, c Cred, ino Ino, mask uint32) (Attr, erro
 	if fs.lister == nil {
 		return d, nil
 	}
-	if !d.Has(meta.Listed) {
+	if list && !d.Has(meta.Listed) {
 		if err := fs.lister.EnsureListed(ctx, &d); err != nil {
 			return Attr{}, fmt.Errorf("list directory %d: %w", ino, err)
 		}

@@ -212,3 +212,32 @@ func TestWritingIntoALargeObjectUploadsOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("export downloaded %d bytes of a %d-byte file", rd, size)
 	}
 }
+
+func TestLookingUpOneNameDoesNotListItsDirectory(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 1200; i++ {
+		e.put(fmt.Sprintf("big/k%04d", i), []byte(fmt.Sprint(i)), nil)
+	}
+	e.put("big/sub/inner", []byte("in"), nil)
+	before := e.eng.Bucket.Stats()
+	if b := readFile(t, e.path("big/k0700")); string(b) != "700" {
+		t.Fatalf("big/k0700 = %q", b)
+	}
+	if b := readFile(t, e.path("big/sub/inner")); string(b) != "in" {
+		t.Fatalf("big/sub/inner = %q", b)
+	}
+	if _, err := os.Stat(e.path("big/nothere")); !os.IsNotExist(err) {
+		t.Fatalf("stat of a missing name: %v", err)
+	}
+	after := e.eng.Bucket.Stats()
+	// Each name costs a HEAD and a one-key LIST; listing big would cost
+	// a LIST page and a HEAD per object.
+	if lists, heads := after.List-before.List, after.Head-before.Head; lists > 5 || heads > 5 {
+		t.Fatalf("five lookups sent %d LISTs and %d HEADs", lists, heads)
+	}
+	// A full listing later shows everything once, the looked-up names too.
+	ents, err := os.ReadDir(e.path("big"))
+	if err != nil || len(ents) != 1201 {
+		t.Fatalf("big lists %d entries, %v", len(ents), err)
+	}
+}
