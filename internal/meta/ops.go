@@ -270,7 +270,21 @@ func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error
 	if in.Has(NoExport) {
 		return nil
 	}
-	return enqueue(tx, in.Ino, now.Add(s.exportDelay))
+	return s.restartQuietPeriod(tx, in.Ino, now)
+}
+
+// restartQuietPeriod pushes ino's export to now plus the export delay. A
+// burst of writes would rewrite the queue entry on every write; within a
+// small fraction of the delay the entry is left as it is, so the export
+// may come that much earlier than a full quiet period.
+func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, now time.Time) error {
+	due := now.Add(s.exportDelay)
+	if at, queued, err := queuedAt(tx, ino); err != nil {
+		return err
+	} else if queued && due.UnixNano()-at < int64(s.exportDelay/64) {
+		return nil
+	}
+	return enqueue(tx, ino, due)
 }
 
 // Update applies fn to the current inode in one transaction. fn says what it

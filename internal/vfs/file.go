@@ -316,11 +316,11 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	fs := h.fs
 	ino := uint64(h.ino)
-	in, err := fs.meta.Get(ctx, h.ino)
-	if err != nil {
-		return 0, err
-	}
 	if h.flags&syscall.O_APPEND != 0 {
+		in, err := fs.meta.Get(ctx, h.ino)
+		if err != nil {
+			return 0, err
+		}
 		off = in.Size
 	}
 	if off < 0 {
