@@ -192,8 +192,8 @@ func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut) {
 	s.fillAttr(a, &out.Attr)
 }
 
-// entry answers a request that made or found a in directory parent.
-func (s *server) entry(ctx context.Context, parent vfs.Ino, a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
+// entry answers a request that made or found a.
+func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
 	if err != nil {
 		return status(err)
 	}
@@ -212,7 +212,7 @@ func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		out.SetEntryTimeout(s.opts.EntryTimeout)
 		return fuse.OK
 	}
-	return s.entry(ctx, vfs.Ino(h.NodeId), a, err, out)
+	return s.entry(a, err, out)
 }
 
 // Forget: the kernel dropped nlookup of its references to nodeid (each
@@ -277,14 +277,14 @@ func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Mknod(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
-	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
+	return s.entry(a, err, out)
 }
 
 func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Mkdir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
-	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
+	return s.entry(a, err, out)
 }
 
 func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
@@ -319,14 +319,14 @@ func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Link(ctx, cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
-	return s.entry(ctx, vfs.Ino(in.NodeId), a, err, out)
+	return s.entry(a, err, out)
 }
 
 func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
 	a, err := s.fs.Symlink(ctx, cred(h), vfs.Ino(h.NodeId), name, target)
-	return s.entry(ctx, vfs.Ino(h.NodeId), a, err, out)
+	return s.entry(a, err, out)
 }
 
 func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
