@@ -344,6 +344,13 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 		var src meta.Object // a complete object with the current content
 		switch {
 		case in.Has(meta.DataDirty) || len(in.Keys) == 0:
+			// The object will carry this Gen in its origin tag, and after a
+			// crash an object with the inode's current Gen counts as already
+			// exported: make the Gen durable first, so a crash cannot roll
+			// it back and hand the same number to different bytes.
+			if err := e.meta.Sync(ctx); err != nil {
+				return err
+			}
 			obj, err := e.upload(ctx, in, want[0], have[want[0]])
 			if err != nil {
 				return err
@@ -352,7 +359,10 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 			keep = append(keep, obj)
 		case in.Dirty():
 			// Attributes only: rewrite metadata in place where the name is
-			// already exported.
+			// already exported (the new Gen made durable first, as above).
+			if err := e.meta.Sync(ctx); err != nil {
+				return err
+			}
 			if old, ok := have[want[0]]; ok {
 				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid()), IfMatch: old.ETag},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
