@@ -144,6 +144,29 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 	return cfg, nil
 }
 
+// config is the engine configuration the flags describe, with a logger
+// writing to stderr at --log-level.
+func (o *options) config(stderr io.Writer) (engine.Config, *slog.Logger, error) {
+	log, err := logger(o.logLevel, stderr)
+	if err != nil {
+		return engine.Config{}, nil, err
+	}
+	cfg, err := o.engineConfig(log)
+	return cfg, log, err
+}
+
+// printEndpoints tells where the embedded store and the metrics listener
+// are, when they run.
+func printEndpoints(stdout io.Writer, e *engine.Engine) {
+	if e.Store != nil {
+		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
+			e.Store.Endpoint, filepath.Join(e.StateDir(), "s3.env"))
+	}
+	if a := e.MetricsAddr(); a != "" {
+		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
+	}
+}
+
 func logger(level string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -170,11 +193,7 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	if err := checkMountpoint(mountpoint); err != nil {
 		return err
 	}
-	log, err := logger(o.logLevel, stderr)
-	if err != nil {
-		return err
-	}
-	cfg, err := o.engineConfig(log)
+	cfg, _, err := o.config(stderr)
 	if err != nil {
 		return err
 	}
@@ -191,13 +210,7 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	}
 	e.Start()
 	fmt.Fprintf(stdout, "bucketfs: %s mounted at %s (state in %s)\n", e.Bucket, mountpoint, cfg.StateDir)
-	if e.Store != nil {
-		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
-			e.Store.Endpoint, filepath.Join(cfg.StateDir, "s3.env"))
-	}
-	if a := e.MetricsAddr(); a != "" {
-		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
-	}
+	printEndpoints(stdout, e)
 	unmounted := make(chan struct{})
 	go func() {
 		srv.Wait()

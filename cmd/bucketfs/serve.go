@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -37,11 +36,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := logger(o.logLevel, stderr)
-	if err != nil {
-		return err
-	}
-	cfg, err := o.engineConfig(log)
+	cfg, log, err := o.config(stderr)
 	if err != nil {
 		return err
 	}
@@ -63,13 +58,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s (state in %s)\n", e.Bucket, ln.Addr(), cfg.StateDir)
 	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o vers=4.1,port=%s %s:/ /mnt/bucket\n", port, host)
-	if e.Store != nil {
-		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
-			e.Store.Endpoint, filepath.Join(cfg.StateDir, "s3.env"))
-	}
-	if a := e.MetricsAddr(); a != "" {
-		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
-	}
+	printEndpoints(stdout, e)
 	err = srv.Serve(ctx, ln)
 	srv.Close()
 	if ctx.Err() != nil {

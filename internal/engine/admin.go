@@ -102,6 +102,9 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 	return nil
 }
 
+// StateDir is the engine's absolute state directory.
+func (e *Engine) StateDir() string { return e.cfg.StateDir }
+
 // MetricsAddr is the address the metrics listener got ("" if none).
 func (e *Engine) MetricsAddr() string { return e.metricsAddr }
 
