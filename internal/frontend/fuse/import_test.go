@@ -149,9 +149,11 @@ func TestWebhookAcceptsS3EventNotifications(t *testing.T) {
 	}
 }
 
-func TestConcurrentChangeMovesTheFileSideVersionToLostFound(t *testing.T) {
-	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
-	forwardEvents(e)
+// conflictOnDoc edits c/doc.txt on both sides (the file side's edit stays
+// unexported for the hour-long delay), waits for the bucket's version to
+// win, and returns lost+found's names.
+func conflictOnDoc(t *testing.T, e *env) []string {
+	t.Helper()
 	e.put("c/doc.txt", []byte("base"), nil)
 	if !readsAs(e.path("c/doc.txt"), []byte("base")) {
 		t.Fatal("unreadable")
@@ -162,6 +164,13 @@ func TestConcurrentChangeMovesTheFileSideVersionToLostFound(t *testing.T) {
 		return readsAs(e.path("c/doc.txt"), []byte("bucket side edit"))
 	})
 	lf := e.lostFound()
+	return lf
+}
+
+func TestConcurrentChangeMovesTheFileSideVersionToLostFound(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	lf := conflictOnDoc(t, e)
 	if len(lf) != 1 || !strings.HasPrefix(lf[0], "c%2Fdoc.txt.") {
 		t.Fatalf("lost+found holds %v", lf)
 	}

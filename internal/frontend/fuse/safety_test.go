@@ -23,16 +23,7 @@ func withTierCapacity(n int64) option { return func(c *engine.Config) { c.TierCa
 func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
 	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1), withTierCapacity(1))
 	forwardEvents(e)
-	e.put("c/doc.txt", []byte("base"), nil)
-	if !readsAs(e.path("c/doc.txt"), []byte("base")) {
-		t.Fatal("unreadable")
-	}
-	writeFile(t, e.path("c/doc.txt"), []byte("file side edit")) // dirty for an hour
-	e.put("c/doc.txt", []byte("bucket side edit"), nil)
-	eventually(t, "the bucket's version to win", func() bool {
-		return readsAs(e.path("c/doc.txt"), []byte("bucket side edit"))
-	})
-	lf := e.lostFound()
+	lf := conflictOnDoc(t, e)
 	if len(lf) != 1 {
 		t.Fatalf("lost+found holds %v", lf)
 	}
