@@ -23,13 +23,13 @@ func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
 
 // newTestClient returns a client for a fresh versioned bucket in the shared
 // store.
-func newTestClient(t *testing.T, prefix string) *Client {
+func newTestClient(t testing.TB, prefix string) *Client {
 	t.Helper()
 	srv, bucket := s3test.NewBucket(t)
 	return clientFor(t, srv, bucket, prefix, srv.Endpoint)
 }
 
-func clientFor(t *testing.T, srv *s3local.Server, bucket, prefix, endpoint string) *Client {
+func clientFor(t testing.TB, srv *s3local.Server, bucket, prefix, endpoint string) *Client {
 	t.Helper()
 	c, err := New(context.Background(), Config{
 		Bucket:    bucket,
@@ -55,7 +55,7 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-func put(t *testing.T, c *Client, key string, data []byte, opt PutOptions) ObjectInfo {
+func put(t testing.TB, c *Client, key string, data []byte, opt PutOptions) ObjectInfo {
 	t.Helper()
 	info, err := c.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), opt)
 	if err != nil {

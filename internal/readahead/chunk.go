@@ -109,22 +109,31 @@ func (r *Reader) fetchRange(ctx context.Context, p []byte, off int64) (int, erro
 // [off, off+len(p)) into p. It drops the references when done.
 func (r *Reader) copyOut(ctx context.Context, held []*chunk, p []byte, off int64) (n int, err error) {
 	defer r.unhold(held)
+	err = r.wait(ctx, held, func(c *chunk) {
+		n += copy(p[n:], c.buf[off+int64(n)-c.off:])
+	})
+	return n, err
+}
+
+// wait waits for each held chunk in turn and hands it to use once it has
+// been fetched, stopping at the first failed one.
+func (r *Reader) wait(ctx context.Context, held []*chunk, use func(c *chunk)) error {
 	for _, c := range held {
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return n, ctx.Err()
+			return ctx.Err()
 		}
 		if c.err != nil {
 			if r.closed.Load() {
-				return n, ErrClosed
+				return ErrClosed
 			}
 			r.forget(c)
-			return n, c.err
+			return c.err
 		}
-		n += copy(p[n:], c.buf[off+int64(n)-c.off:])
+		use(c)
 	}
-	return n, nil
+	return nil
 }
 
 // forget unlists a failed chunk once a read has received its error, so that

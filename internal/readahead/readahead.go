@@ -180,6 +180,44 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// ReadShared is ReadAt without the copy, for a caller that can send bytes
+// it does not own (a FUSE reply is written with writev): it returns the
+// Reader's own buffers holding [off, off+n), and release, which the caller
+// must call once it no longer reads them; until then the buffers are
+// neither freed nor reused, even by Close. The range must lie within the
+// object. ok is false when the range cannot be buffered (a read far from
+// the stream, or the memory bound reached): the caller then uses ReadAt.
+func (r *Reader) ReadShared(ctx context.Context, off, n int64) (bufs [][]byte, release func(), ok bool, err error) {
+	if off < 0 || n <= 0 || off+n > r.size {
+		return nil, nil, false, fmt.Errorf("readahead: shared read of [%d, %d) outside the object's %d bytes", off, off+n, r.size)
+	}
+	end := off + n
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		return nil, nil, false, ErrClosed
+	}
+	held, missed, ok := r.plan(off, end)
+	r.mu.Unlock()
+	if !ok {
+		return nil, nil, false, nil
+	}
+	if missed {
+		r.misses.Add(1)
+	} else {
+		r.hits.Add(1)
+	}
+	err = r.wait(ctx, held, func(c *chunk) {
+		bufs = append(bufs, c.buf[max(off, c.off)-c.off:min(end, c.end())-c.off])
+	})
+	if err != nil {
+		r.unhold(held)
+		return nil, nil, false, err
+	}
+	var once sync.Once
+	return bufs, func() { once.Do(func() { r.unhold(held) }) }, true, nil
+}
+
 // Close cancels every fetch, waits for their goroutines and frees the
 // buffers. Reads waiting on a fetch return ErrClosed.
 func (r *Reader) Close() {

@@ -580,3 +580,56 @@ func TestReadsSeveralBlocksAheadStayInTheStream(t *testing.T) {
 		t.Fatalf("fetched %d bytes to read %d: the stream was dropped and refetched", f, size)
 	}
 }
+
+func TestSharedReadsReturnExactBytesAndKeepHeldBuffersUntilReleased(t *testing.T) {
+	const size = 24 << 20
+	src := newSource(size, 0)
+	r := newReader(t, src, Options{ChunkSize: 1 << 20, Window: 4})
+	ctx := context.Background()
+	concat := func(bufs [][]byte) []byte { return bytes.Join(bufs, nil) }
+
+	// Reads of 768 KiB straddle the 1 MiB chunk boundaries.
+	const readSize = 768 << 10
+	first, releaseFirst, ok, err := r.ReadShared(ctx, 0, readSize)
+	if err != nil || !ok {
+		t.Fatalf("ReadShared(0) = ok %v, %v", ok, err)
+	}
+	want := bytes.Clone(src.data[:readSize])
+	for off := int64(readSize); off+readSize <= size; off += readSize {
+		bufs, release, ok, err := r.ReadShared(ctx, off, readSize)
+		if err != nil || !ok {
+			t.Fatalf("ReadShared(%d) = ok %v, %v", off, ok, err)
+		}
+		if got := concat(bufs); !bytes.Equal(got, src.data[off:off+readSize]) {
+			t.Fatalf("ReadShared(%d): wrong bytes", off)
+		}
+		release()
+		release() // a second release is harmless
+		checkMemory(t, r)
+	}
+	// The stream has moved 23 MiB past the first read, far beyond the
+	// window, so its chunk was trimmed; the bytes still held must not
+	// have been reused for later chunks.
+	if !bytes.Equal(concat(first), want) {
+		t.Fatal("a buffer held by an unreleased shared read was reused")
+	}
+	releaseFirst()
+
+	if _, _, _, err := r.ReadShared(ctx, size-10, 11); err == nil {
+		t.Fatal("ReadShared past the end of the object succeeded")
+	}
+}
+
+func TestASharedReadHeldAcrossCloseIsReleasedAfterwards(t *testing.T) {
+	src := newSource(4<<20, 0)
+	r := newReader(t, src, Options{ChunkSize: 1 << 20})
+	bufs, release, ok, err := r.ReadShared(context.Background(), 1<<20, 1<<20)
+	if err != nil || !ok {
+		t.Fatalf("ReadShared = ok %v, %v", ok, err)
+	}
+	r.Close()
+	if !bytes.Equal(bytes.Join(bufs, nil), src.data[1<<20:2<<20]) {
+		t.Fatal("Close changed the bytes of a shared read still held")
+	}
+	release() // newReader's cleanup checks that every buffer byte came back
+}

@@ -23,7 +23,7 @@ import (
 // than the embedded versitygw store because versitygw keeps objects as
 // files and refuses exactly the hostile keys under test ("a//b", "./x",
 // segments over 255 bytes, an object beside a prefix of the same name).
-func fakeStore(t *testing.T) *bucket.Client {
+func fakeStore(t testing.TB) *bucket.Client {
 	t.Helper()
 	be := s3mem.New()
 	if err := be.CreateBucket("b"); err != nil {
@@ -39,7 +39,7 @@ func fakeStore(t *testing.T) *bucket.Client {
 	return c
 }
 
-func newMeta(t *testing.T) *meta.Store {
+func newMeta(t testing.TB) *meta.Store {
 	t.Helper()
 	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
 	if err != nil {
@@ -53,7 +53,7 @@ func newMeta(t *testing.T) *meta.Store {
 	return m
 }
 
-func put(t *testing.T, c *bucket.Client, key string, md map[string]string) {
+func put(t testing.TB, c *bucket.Client, key string, md map[string]string) {
 	t.Helper()
 	body := []byte("data of " + key)
 	if _, err := c.Put(context.Background(), key, bytes.NewReader(body), int64(len(body)), bucket.PutOptions{Metadata: md}); err != nil {

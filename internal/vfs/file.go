@@ -11,6 +11,7 @@ import (
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/readahead"
+	"bucketfs/internal/tier"
 )
 
 // Handle is one open of a regular file: the per-open state (access mode,
@@ -193,7 +194,33 @@ func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n
 
 // Read reads into p at off. It returns fewer bytes only at end of file.
 func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
-	n, direct, err := h.read(ctx, p, off)
+	n, err := h.count(h.read(ctx, p, off, nil))
+	return n, err
+}
+
+// Shared is the result of ReadShared: the bytes read, in Bufs, which the
+// caller may read until it calls Release.
+type Shared struct {
+	Bufs    [][]byte
+	Release func() // nil when Bufs is p[:n], the caller's own buffer
+}
+
+// ReadShared is Read for a caller that can send bytes it does not own, such
+// as a FUSE reply written with writev: when the whole range streams from
+// the bucket it returns the read-ahead buffers themselves, saving a copy of
+// every byte of a large cold read. Otherwise it reads into p as Read does.
+// The caller calls Release, if set, once it has sent the bytes.
+func (h *Handle) ReadShared(ctx context.Context, p []byte, off int64) (Shared, error) {
+	var sh Shared
+	n, err := h.count(h.read(ctx, p, off, &sh))
+	if err != nil || sh.Release != nil {
+		return sh, err
+	}
+	return Shared{Bufs: [][]byte{p[:n]}}, nil
+}
+
+// count adds a read's bytes to the counters.
+func (h *Handle) count(n int, direct int64, err error) (int, error) {
 	if direct > 0 {
 		h.fs.counters.readDirect.Add(direct)
 	}
@@ -202,8 +229,9 @@ func (h *Handle) Read(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 // read serves Read and says how many of the bytes came straight from the
-// bucket.
-func (h *Handle) read(ctx context.Context, p []byte, off int64) (n int, direct int64, err error) {
+// bucket. With share set, a range that streams from the pinned object as a
+// whole is returned in share instead of copied into p.
+func (h *Handle) read(ctx context.Context, p []byte, off int64, share *Shared) (n int, direct int64, err error) {
 	if !h.readable {
 		return 0, 0, syscall.EBADF
 	}
@@ -247,6 +275,15 @@ func (h *Handle) read(ctx context.Context, p []byte, off int64) (n int, direct i
 	}
 	// Large file: present ranges from the tier, the rest streamed from the
 	// pinned object version.
+	if share != nil && len(missing) == 1 && missing[0] == (tier.Range{Off: off, Len: int64(len(p))}) {
+		ok, err := h.directShared(ctx, share, off, int64(len(p)))
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			return len(p), int64(len(p)), nil
+		}
+	}
 	pos := off
 	for _, r := range missing {
 		if r.Off > pos {
@@ -257,6 +294,7 @@ func (h *Handle) read(ctx context.Context, p []byte, off int64) (n int, direct i
 		if err := h.direct(ctx, p[r.Off-off:r.Off+r.Len-off], r.Off); err != nil {
 			return 0, 0, err
 		}
+		direct += r.Len
 		pos = r.Off + r.Len
 	}
 	if end := off + int64(len(p)); pos < end {
@@ -285,18 +323,38 @@ func (h *Handle) direct(ctx context.Context, p []byte, off int64) error {
 		clear(p[obj.Size-off:])
 		p = p[:obj.Size-off]
 	}
-	h.mu.Lock()
-	if h.ra == nil {
-		h.ra = readahead.New(objectSource{h.fs, obj}, obj.Size,
-			readahead.Options{ChunkSize: h.fs.cfg.ReadAheadChunk, Window: h.fs.cfg.ReadAheadWindow})
-	}
-	ra := h.ra
-	h.mu.Unlock()
-	n, err := ra.ReadAt(ctx, p, off)
+	n, err := h.readahead().ReadAt(ctx, p, off)
 	if err != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
 		return fmt.Errorf("read %q at %d: %w", obj.Key, off, err)
 	}
 	return nil
+}
+
+// directShared is direct into share when [off, off+n) lies within the
+// pinned object version and the read-ahead can buffer it; ok says it did.
+func (h *Handle) directShared(ctx context.Context, share *Shared, off, n int64) (ok bool, err error) {
+	if off+n > h.pinned.Size {
+		return false, nil
+	}
+	bufs, release, ok, err := h.readahead().ReadShared(ctx, off, n)
+	if err != nil {
+		return false, fmt.Errorf("read %q at %d: %w", h.pinned.Key, off, err)
+	}
+	share.Bufs, share.Release = bufs, release
+	return ok, nil
+}
+
+// readahead returns the handle's streaming reader of its pinned object
+// version, made on first use.
+func (h *Handle) readahead() *readahead.Reader {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ra == nil {
+		obj := h.pinned
+		h.ra = readahead.New(objectSource{h.fs, obj}, obj.Size,
+			readahead.Options{ChunkSize: h.fs.cfg.ReadAheadChunk, Window: h.fs.cfg.ReadAheadWindow})
+	}
+	return h.ra
 }
 
 // objectSource reads one pinned object version with ranged GETs.

@@ -60,11 +60,39 @@ func (s *server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 	}
 	ctx, done := ctxOf(cancel)
 	defer done()
-	n, err := h.Read(ctx, buf[:in.Size], int64(in.Offset))
+	sh, err := h.ReadShared(ctx, buf[:in.Size], int64(in.Offset))
 	if err != nil {
 		return nil, status(err)
 	}
-	return fuse.ReadResultData(buf[:n]), fuse.OK
+	if sh.Release == nil {
+		return fuse.ReadResultData(sh.Bufs[0]), fuse.OK
+	}
+	return sharedResult(sh), fuse.OK
+}
+
+// sharedResult is a read reply whose bytes are the engine's read-ahead
+// buffers: go-fuse writes them to the kernel with writev (its Slices
+// interface) and then calls Done, which hands them back.
+type sharedResult vfs.Shared
+
+func (r sharedResult) Slices() ([][]byte, fuse.Status) { return r.Bufs, fuse.OK }
+func (r sharedResult) Done()                           { r.Release() }
+
+func (r sharedResult) Size() int {
+	n := 0
+	for _, b := range r.Bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// Bytes is the copying fallback go-fuse uses when it cannot write slices.
+func (r sharedResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, b := range r.Bufs {
+		buf = append(buf, b...)
+	}
+	return buf, fuse.OK
 }
 
 func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // env is one test's file system: a fresh bucket in the shared embedded
 // store, an engine with its own state directory, and a real FUSE mount.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *s3local.Server
 	bucket   string
 	stateDir string
@@ -60,7 +60,7 @@ func withOpTimeout(d time.Duration) option { return func(c *engine.Config) { c.O
 
 // newEnv mounts a new file system. The export delay defaults to 100ms so
 // that tests see exports quickly.
-func newEnv(t *testing.T, opts ...option) *env {
+func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
 	e := &env{t: t, srv: srv, bucket: name, stateDir: t.TempDir(), mnt: t.TempDir()}

@@ -1,0 +1,91 @@
+package fuse_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The hot paths of a FUSE mount, each beside a go-fuse loopback mount of a
+// local directory: the ceiling of any FUSE file system on this machine.
+// Compare the two (ns/op), not absolute times:
+//
+//	go test -run '^$' -bench . ./internal/frontend/fuse/
+
+// benchMounts runs fn on a bucketfs mount (export delay one hour, so
+// nothing is uploaded while it runs) and on a loopback mount.
+func benchMounts(b *testing.B, fn func(b *testing.B, dir string)) {
+	b.Run("bucketfs", func(b *testing.B) {
+		e := newEnv(b, withExportDelay(time.Hour))
+		fn(b, e.mnt)
+	})
+	b.Run("loopback", func(b *testing.B) {
+		fn(b, loopbackMount(b))
+	})
+}
+
+// loopbackMount mounts a go-fuse loopback of a new local directory, with
+// the same kernel cache timeouts as bucketfs's mount.
+func loopbackMount(b *testing.B) string {
+	root, err := gofs.NewLoopbackRoot(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	mnt := b.TempDir()
+	sec := time.Second
+	srv, err := gofs.Mount(mnt, root, &gofs.Options{EntryTimeout: &sec, AttrTimeout: &sec,
+		MountOptions: fuse.MountOptions{Name: "loopback-bench"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			b.Errorf("unmount loopback: %v", err)
+		}
+	})
+	return mnt
+}
+
+// BenchmarkCreateSmallFile is the create workload: open(O_CREAT), one
+// 4 KiB write, close, in a directory that grows by one file per op.
+func BenchmarkCreateSmallFile(b *testing.B) {
+	data := make([]byte, 4096)
+	benchMounts(b, func(b *testing.B, dir string) {
+		for i := 0; b.Loop(); i++ {
+			name := filepath.Join(dir, fmt.Sprintf("f%07d", i))
+			if err := os.WriteFile(name, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRandomWrite4KiB is fio's randwrite on one open file: a 4 KiB
+// pwrite at a pseudo-random 4 KiB-aligned offset of a 64 MiB file.
+func BenchmarkRandomWrite4KiB(b *testing.B) {
+	const size = 64 << 20
+	data := make([]byte, 4096)
+	benchMounts(b, func(b *testing.B, dir string) {
+		f, err := os.Create(filepath.Join(dir, "rw"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(size); err != nil {
+			b.Fatal(err)
+		}
+		x := uint64(1)
+		for b.Loop() {
+			x = x*6364136223846793005 + 1442695040888963407
+			off := int64(x>>33) % (size / 4096) * 4096
+			if _, err := f.WriteAt(data, off); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
