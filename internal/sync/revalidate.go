@@ -185,19 +185,32 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	if err != nil {
 		return im.rejectOr(key, err)
 	}
-	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
+	in, err := im.importOver(ctx, res, child, it)
 	if err != nil {
 		return err
-	}
-	if in.IsRegular() && im.tier != nil {
-		// Cached bytes belong to the old version.
-		if err := im.tier.Reset(uint64(in.Ino), in.Size); err != nil {
-			return err
-		}
 	}
 	im.imported.Add(1)
 	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: in.Ino})
 	return nil
+}
+
+// importOver makes the file child at res show the object it. A regular
+// file's cached bytes belong to the old version: the tier drops them around
+// the namespace change, so that a write racing the import is either seen by
+// it (the import fails with EAGAIN, and the next look finds a conflict) or
+// lands on the new version, and a crash can never leave the old bytes
+// claimed under the new version.
+func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *meta.Inode, it meta.Imported) (in meta.Inode, err error) {
+	commit := func() (int64, error) {
+		in, err = im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
+		return in.Size, err
+	}
+	if !child.IsRegular() || im.tier == nil {
+		_, err = commit()
+		return in, err
+	}
+	err = im.tier.ResetWith(uint64(child.Ino), commit)
+	return in, err
 }
 
 // conflict resolves a name changed on both sides: the file side's version

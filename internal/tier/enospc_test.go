@@ -56,7 +56,7 @@ func TestWriteAtOnAFullDiskFailsWithENOSPCAndKeepsEarlierData(t *testing.T) {
 	if err := tr.Init(2, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fill(2, fill('b', 1<<20), 0); !errors.Is(err, syscall.ENOSPC) {
+	if err := tr.Fill(2, tr.Epoch(2), fill('b', 1<<20), 0); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Fill on a full disk: %v, want an error wrapping ENOSPC", err)
 	}
 

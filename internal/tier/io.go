@@ -35,6 +35,15 @@ func (t *Tier) ReadAt(ino uint64, p []byte, off int64) (int, error) {
 // On a short write (ENOSPC, for instance) the bytes written are marked and
 // returned with an error wrapping the cause; earlier data is untouched.
 func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
+	return t.WriteThen(ino, p, off, nil)
+}
+
+// WriteThen is WriteAt followed by then(c), with c the bytes written (also
+// on a short write), before any Reset or ResetWith of ino can run: the
+// caller records the write in the namespace there, so that an import of a
+// new version either sees the record or comes after the write. then's error
+// is returned if the write itself succeeded.
+func (t *Tier) WriteThen(ino uint64, p []byte, off int64, then func(c int) error) (int, error) {
 	if err := checkRange(off, int64(len(p))); err != nil {
 		return 0, opErr("write", ino, err)
 	}
@@ -43,12 +52,23 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 		return 0, opErr("write", ino, err)
 	}
 	defer n.life.RUnlock()
+	c, err := t.writeShared(n, p, off)
+	if then != nil && (c > 0 || err == nil) {
+		if terr := then(c); err == nil {
+			err = terr
+		}
+	}
+	return c, err
+}
+
+// writeShared writes and marks p at off. Requires n.life held shared.
+func (t *Tier) writeShared(n *inode, p []byte, off int64) (int, error) {
 	n.fill.RLock()
 	defer n.fill.RUnlock()
 	n.lastUse.Store(t.now())
 	f, err := t.file(n)
 	if err != nil {
-		return 0, opErr("write", ino, err)
+		return 0, opErr("write", n.ino, err)
 	}
 	c, err := pwriteAll(f, p, off)
 	if c > 0 {
@@ -58,9 +78,22 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 		t.markStale(n)
 	}
 	if err != nil {
-		return c, opErr("write", ino, err)
+		return c, opErr("write", n.ino, err)
 	}
 	return c, nil
+}
+
+// Epoch returns the version of ino's content for Fill: take it before
+// reading which object version the file shows, fetch, and pass it to Fill,
+// which refuses the bytes if the content was replaced meanwhile.
+func (t *Tier) Epoch(ino uint64) uint64 {
+	n, err := t.lookup(ino)
+	if err != nil || n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch
 }
 
 // Fill stores clean data fetched from the bucket: p holds the object's bytes
@@ -68,8 +101,10 @@ func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
 // present ranges may hold newer local writes and are left alone, and bytes
 // past the logical size (cut by a Truncate since they were fetched) are
 // dropped. Fill waits for in-flight WriteAt and Punch calls on ino and holds
-// off new ones while it runs.
-func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
+// off new ones while it runs. epoch is what Epoch returned before the bytes
+// were fetched; if the content was replaced since, Fill stores nothing and
+// returns an error wrapping ErrStale.
+func (t *Tier) Fill(ino uint64, epoch uint64, p []byte, off int64) error {
 	if err := checkRange(off, int64(len(p))); err != nil {
 		return opErr("fill", ino, err)
 	}
@@ -82,6 +117,10 @@ func (t *Tier) Fill(ino uint64, p []byte, off int64) error {
 	defer n.fill.Unlock()
 	n.lastUse.Store(t.now())
 	n.mu.Lock()
+	if n.epoch != epoch {
+		n.mu.Unlock()
+		return opErr("fill", ino, ErrStale)
+	}
 	var gaps []Range
 	if hi := min(end(off, int64(len(p))), n.size); hi > off {
 		gaps = n.ext.missing(off, hi-off, nil)

@@ -60,6 +60,7 @@ func (t *Tier) create(n *inode, size int64, fresh bool) error {
 	n.markLocked(0, size, false) // no-op for size 0
 	n.size = size
 	n.gen++
+	n.epoch++
 	n.unsynced = true
 	n.mu.Unlock()
 	n.lastUse.Store(t.now())
@@ -98,13 +99,38 @@ func (t *Tier) Reset(ino uint64, size int64) error {
 	if size < 0 {
 		return opErr("reset", ino, unix.EINVAL)
 	}
-	n, _, err := t.exclusive(ino, true, size)
+	return t.ResetWith(ino, func() (int64, error) { return size, nil })
+}
+
+// ResetWith is Reset around commit, which makes a new object version the
+// file's content (in the namespace) and returns its size; if commit fails,
+// the tier's data stays as it was and the error is returned.
+//
+// No tier operation on ino runs meanwhile, so a write done with WriteThen
+// lands either before (and commit sees its metadata) or after the reset,
+// never with its bytes discarded after commit looked. The synced map is
+// durably removed before commit runs: a crash after commit can then never
+// show the old version's cached bytes as the new version's. Every Fill
+// begun before the reset is refused (ErrStale), as it may carry bytes of the
+// old version.
+func (t *Tier) ResetWith(ino uint64, commit func() (size int64, err error)) error {
+	n, _, err := t.exclusive(ino, true, 0)
 	if err != nil {
 		return opErr("reset", ino, err)
 	}
 	defer n.life.Unlock()
 	if err := t.dropMap(n); err != nil {
 		return opErr("reset", ino, err)
+	}
+	size, err := commit()
+	if err == nil && size < 0 {
+		err = unix.EINVAL
+	}
+	if err != nil {
+		n.mu.Lock()
+		n.unsynced = true // the map on disk is gone; the next Sync rewrites it
+		n.mu.Unlock()
+		return err
 	}
 	if f := n.f.Load(); f != nil {
 		if err := f.Truncate(0); err != nil {
@@ -118,6 +144,7 @@ func (t *Tier) Reset(ino uint64, size int64) error {
 	n.present = 0
 	n.size = size
 	n.gen++
+	n.epoch++
 	n.unsynced = false // nothing on disk, nothing to claim
 	n.mu.Unlock()
 	t.markStale(n)

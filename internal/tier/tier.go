@@ -27,6 +27,10 @@ type Options struct {
 // fs.ErrNotExist under errors.Is.
 var ErrNoState = fmt.Errorf("no tier state: %w", fs.ErrNotExist)
 
+// ErrStale is returned (wrapped) by a Fill whose bytes were fetched for
+// content the tier has since replaced.
+var ErrStale = errors.New("tier: fill of replaced content")
+
 // ErrClosed is returned (wrapped) by every operation after Close.
 var ErrClosed = errors.New("tier closed")
 
@@ -93,6 +97,7 @@ type inode struct {
 	size      int64   // logical size as the tier knows it
 	present   int64   // ext.total()
 	gen       uint64  // bumped on every change of ext or size
+	epoch     uint64  // bumped when the content is replaced (Create, Reset)
 	unsynced  bool    // data, ext or size changed since the last Sync
 	onDisk    extents // ranges the map file on disk claims
 	diskGen   uint64  // gen that the map on disk records; 0 if none matches

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -116,7 +117,7 @@ func TestMissingTracksFillsOfAnImportedObject(t *testing.T) {
 		{0, 100, nil},
 	}
 	for _, s := range steps {
-		if err := tr.Fill(ino, fill('b', int(s.n)), s.off); err != nil {
+		if err := tr.Fill(ino, tr.Epoch(ino), fill('b', int(s.n)), s.off); err != nil {
 			t.Fatal(err)
 		}
 		if got := tr.Missing(ino, 0, 100); !slices.Equal(got, s.wantMissing) {
@@ -135,7 +136,7 @@ func TestFillDoesNotOverwriteLocalWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, tr, 1, fill('L', 10), 10)
-	if err := tr.Fill(1, fill('B', 30), 0); err != nil {
+	if err := tr.Fill(1, tr.Epoch(1), fill('B', 30), 0); err != nil {
 		t.Fatal(err)
 	}
 	want := append(append(fill('B', 10), fill('L', 10)...), fill('B', 10)...)
@@ -143,7 +144,7 @@ func TestFillDoesNotOverwriteLocalWrites(t *testing.T) {
 		t.Errorf("after Fill over a local write: %q, want %q", got, want)
 	}
 	// A second fill changes nothing at all.
-	if err := tr.Fill(1, fill('X', 30), 0); err != nil {
+	if err := tr.Fill(1, tr.Epoch(1), fill('X', 30), 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRead(t, tr, 1, 0, 30); !bytes.Equal(got, want) {
@@ -164,7 +165,7 @@ func TestFillRacingWriteAtNeverClobbersTheWrite(t *testing.T) {
 			}
 		})
 		wg.Go(func() {
-			if err := tr.Fill(ino, fill('B', 4096), 0); err != nil {
+			if err := tr.Fill(ino, tr.Epoch(ino), fill('B', 4096), 0); err != nil {
 				t.Error(err)
 			}
 		})
@@ -239,7 +240,7 @@ func TestTruncate(t *testing.T) {
 				if err := tr.Reset(1, 100); err != nil {
 					return err
 				}
-				return tr.Fill(1, fill('b', 20), 0)
+				return tr.Fill(1, tr.Epoch(1), fill('b', 20), 0)
 			},
 			size:        300,
 			wantMissing: []Range{{20, 80}},
@@ -276,7 +277,7 @@ func TestPunchLeavesTheRangePresentAsZeros(t *testing.T) {
 	if err := tr.Init(1, 3*4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fill(1, fill('b', 4096), 0); err != nil {
+	if err := tr.Fill(1, tr.Epoch(1), fill('b', 4096), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Punch(1, 0, 2*4096); err != nil {
@@ -357,7 +358,7 @@ func TestReopenAfterSyncKeepsDataAndMap(t *testing.T) {
 	if err := tr.Init(2, 1000); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fill(2, fill('b', 100), 500); err != nil {
+	if err := tr.Fill(2, tr.Epoch(2), fill('b', 100), 500); err != nil {
 		t.Fatal(err)
 	}
 	for _, ino := range []uint64{1, 2} {
@@ -416,7 +417,7 @@ func TestMapOnDiskNeverClaimsMoreThanWasSynced(t *testing.T) {
 	if err := tr.Init(2, 4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fill(2, fill('c', 4096), 0); err != nil { // never synced
+	if err := tr.Fill(2, tr.Epoch(2), fill('c', 4096), 0); err != nil { // never synced
 		t.Fatal(err)
 	}
 	// What is on disk right now, before any crash.
@@ -523,7 +524,7 @@ func TestOperationsOnAnInodeWithoutStateFail(t *testing.T) {
 	ops := map[string]func() error{
 		"ReadAt":   func() error { _, err := tr.ReadAt(5, p, 0); return err },
 		"WriteAt":  func() error { _, err := tr.WriteAt(5, p, 0); return err },
-		"Fill":     func() error { return tr.Fill(5, p, 0) },
+		"Fill":     func() error { return tr.Fill(5, tr.Epoch(5), p, 0) },
 		"Truncate": func() error { return tr.Truncate(5, 10) },
 		"Punch":    func() error { return tr.Punch(5, 0, 10) },
 		"Allocate": func() error { return tr.Allocate(5, 0, 10) },
@@ -765,7 +766,7 @@ func TestAFillThatLandsAfterATruncationDoesNotBringTheCutDataBack(t *testing.T) 
 	if err := tr.Truncate(1, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fill(1, fill('B', 100), 0); err != nil {
+	if err := tr.Fill(1, tr.Epoch(1), fill('B', 100), 0); err != nil {
 		t.Fatal(err)
 	}
 	if size, _ := tr.Size(1); size != 0 {
@@ -778,4 +779,107 @@ func TestAFillThatLandsAfterATruncationDoesNotBringTheCutDataBack(t *testing.T) 
 	if got := mustRead(t, tr, 1, 0, 50); !bytes.Equal(got, make([]byte, 50)) {
 		t.Errorf("after truncating to 0 and growing to 50: %q, want zeros", got)
 	}
+}
+
+// A fill fetched for the content before a reset carries the old version's
+// bytes: it must not land under the new one.
+func TestFillStartedBeforeAResetIsRefused(t *testing.T) {
+	tr := openTier(t, t.TempDir(), Options{})
+	if err := tr.Init(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	epoch := tr.Epoch(1) // a reader takes it, then fetches the old version
+	if err := tr.Reset(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fill(1, epoch, fill('o', 100), 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("Fill with the epoch from before Reset = %v, want ErrStale", err)
+	}
+	mustPresent(t, tr, 1, 0)
+	if err := tr.Fill(1, tr.Epoch(1), fill('n', 100), 0); err != nil {
+		t.Fatalf("Fill with the current epoch: %v", err)
+	}
+	mustPresent(t, tr, 1, 100)
+}
+
+// ResetWith and WriteThen model an import of a new version racing a file
+// write: the import commits only if the namespace has no record of a local
+// write (else it gives up), and the write records itself in then. The
+// import is started while the write is between its bytes and its record,
+// and then must still never discard the bytes.
+func TestResetWithNeverDiscardsAWriteItsCommitDidNotSee(t *testing.T) {
+	tr := openTier(t, t.TempDir(), Options{})
+	errDirty := errors.New("dirty")
+	for ino := uint64(1); ino <= 100; ino++ {
+		if err := tr.Init(ino, 4096); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		recorded := false // the namespace's dirty flag
+		writing := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, err := tr.WriteThen(ino, fill('w', 512), 1024, func(int) error {
+				close(writing)
+				for range 100 {
+					runtime.Gosched() // give the import every chance to run now
+				}
+				mu.Lock()
+				recorded = true
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Errorf("WriteThen: %v", err)
+			}
+		})
+		wg.Go(func() {
+			<-writing
+			err := tr.ResetWith(ino, func() (int64, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if recorded {
+					return 0, errDirty
+				}
+				return 4096, nil
+			})
+			if err != nil && !errors.Is(err, errDirty) {
+				t.Errorf("ResetWith: %v", err)
+			}
+		})
+		wg.Wait()
+		if got := tr.Missing(ino, 1024, 512); len(got) != 0 {
+			t.Fatalf("ino %d: the write's bytes were discarded (missing %v)", ino, got)
+		}
+		if got := mustRead(t, tr, ino, 1024, 512); !bytes.Equal(got, fill('w', 512)) {
+			t.Fatalf("ino %d: the write's bytes read back as %q", ino, got[:8])
+		}
+	}
+}
+
+// A commit that fails leaves the tier's data as it was, and the next Sync
+// claims it on disk again.
+func TestResetWithAFailedCommitKeepsTheData(t *testing.T) {
+	dir := t.TempDir()
+	tr := openTier(t, dir, Options{})
+	if err := tr.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tr, 1, fill('L', 100), 0)
+	if err := tr.Sync(1); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("changed meanwhile")
+	if err := tr.ResetWith(1, func() (int64, error) { return 0, failed }); !errors.Is(err, failed) {
+		t.Fatalf("ResetWith = %v, want the commit's error", err)
+	}
+	if got := mustRead(t, tr, 1, 0, 100); !bytes.Equal(got, fill('L', 100)) {
+		t.Fatalf("after a failed ResetWith: %q", got[:8])
+	}
+	if err := tr.Sync(1); err != nil {
+		t.Fatal(err)
+	}
+	crash(tr)
+	tr2 := openTier(t, dir, Options{})
+	mustPresent(t, tr2, 1, 100)
 }

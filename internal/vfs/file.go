@@ -143,8 +143,9 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 			return nil, err
 		}
 		if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
-			// A full tier leaves the data in the bucket; reads stream it.
-			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) {
+			// Best effort: a full tier leaves the data in the bucket, and a
+			// version replaced meanwhile is fetched by the reads.
+			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
 				return nil, err
 			}
 		}
@@ -171,9 +172,21 @@ func (fs *FS) ensureTier(in *meta.Inode) error {
 }
 
 // fetch copies the missing parts of [off, off+n) of the object obj into the
-// tier, without overwriting anything written locally.
+// tier, without overwriting anything written locally. If the file no
+// longer shows obj (an import of a new version came first, or comes
+// meanwhile), it stores nothing and returns an error wrapping
+// tier.ErrStale: the bytes belong to the old version.
 func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n int64) error {
-	for _, r := range fs.tier.Missing(uint64(in.Ino), off, n) {
+	ino := uint64(in.Ino)
+	epoch := fs.tier.Epoch(ino) // before looking at which version is current
+	cur, err := fs.meta.Get(ctx, in.Ino)
+	if err != nil {
+		return err
+	}
+	if cur.Base != obj {
+		return fmt.Errorf("fetch %q: %w", obj.Key, tier.ErrStale)
+	}
+	for _, r := range fs.tier.Missing(ino, off, n) {
 		if r.Off >= obj.Size {
 			continue // past the end of the object: local zeros
 		}
@@ -185,7 +198,7 @@ func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n
 		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == r.Len) {
 			return fmt.Errorf("fetch %q [%d,+%d): %w", obj.Key, r.Off, r.Len, err)
 		}
-		if err := fs.tier.Fill(uint64(in.Ino), buf, r.Off); err != nil {
+		if err := fs.tier.Fill(ino, epoch, buf, r.Off); err != nil {
 			return err
 		}
 	}
@@ -230,8 +243,19 @@ func (h *Handle) count(n int, direct int64, err error) (int, error) {
 
 // read serves Read and says how many of the bytes came straight from the
 // bucket. With share set, a range that streams from the pinned object as a
-// whole is returned in share instead of copied into p.
+// whole is returned in share instead of copied into p. A read that raced an
+// import of a new version is done again: it then reads the new version.
 func (h *Handle) read(ctx context.Context, p []byte, off int64, share *Shared) (n int, direct int64, err error) {
+	for range 3 {
+		n, direct, err = h.readOnce(ctx, p, off, share)
+		if !errors.Is(err, tier.ErrStale) {
+			break
+		}
+	}
+	return n, direct, err
+}
+
+func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Shared) (n int, direct int64, err error) {
 	if !h.readable {
 		return 0, 0, syscall.EBADF
 	}
@@ -384,27 +408,34 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	// The tier treats a gap between the old end and off as local zeros.
-	n, err := fs.tier.WriteAt(ino, p, off)
-	fs.counters.written.Add(int64(n))
-	if err != nil && n == 0 {
-		return 0, err
-	}
+	// The tier treats a gap between the old end and off as local zeros. The
+	// write is recorded in the namespace before an import of a new version
+	// can reset the tier, so the import either sees it (a conflict) or
+	// comes after it; it never discards the bytes unseen.
+	//
 	// A short write (the tier's disk filled up) keeps what it wrote, as
 	// write(2) does: the size covers it, and the caller's next write meets
 	// the error. Left out of the size, those bytes would show up in a hole
 	// a later write past the end leaves.
-	end := off + int64(n)
-	now := fs.now()
-	_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
-		if end > in.Size {
-			in.Size = end
-		}
-		in.Mtime, in.Ctime = now, now
-		in.Mode &^= syscall.S_ISUID
-		return meta.DataChange, nil
+	var recErr error
+	n, err := fs.tier.WriteThen(ino, p, off, func(c int) error {
+		end := off + int64(c)
+		now := fs.now()
+		_, recErr = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
+			if end > in.Size {
+				in.Size = end
+			}
+			in.Mtime, in.Ctime = now, now
+			in.Mode &^= syscall.S_ISUID
+			return meta.DataChange, nil
+		})
+		return recErr
 	})
-	return n, err
+	fs.counters.written.Add(int64(n))
+	if n == 0 {
+		return 0, err
+	}
+	return n, recErr
 }
 
 // Fsync makes the file's data and metadata durable.
