@@ -190,10 +190,13 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 	// must win: such an object is held back until the listing has passed
 	// "x/".
 	var held []bucket.ObjectInfo
-	token := ""
 	now := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := im.listPages(ctx, prefix)
 	for {
-		page, err := im.bucket.List(ctx, prefix, token, 1000)
+		res := <-pages
+		page, err := res.page, res.err
 		if err != nil {
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
@@ -251,8 +254,37 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 		if last {
 			return nil
 		}
-		token = page.NextToken
 	}
+}
+
+type pageResult struct {
+	page bucket.Listing
+	err  error
+}
+
+// listPages lists prefix page by page into the returned channel, one page
+// ahead of its reader: the next LIST runs while the reader asks for the
+// attributes of the objects on this one. A store's LIST of a big directory
+// can cost as much as those HEADs (versitygw's rereads the directory for
+// every page). It stops after the last page, an error, or when ctx ends.
+func (im *Importer) listPages(ctx context.Context, prefix string) <-chan pageResult {
+	out := make(chan pageResult, 1)
+	go func() {
+		token := ""
+		for {
+			page, err := im.bucket.List(ctx, prefix, token, 1000)
+			select {
+			case out <- pageResult{page, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || !page.Truncated || page.NextToken == "" {
+				return
+			}
+			token = page.NextToken
+		}
+	}()
+	return out
 }
 
 // headParallel bounds the HEAD requests one listing runs at once.
