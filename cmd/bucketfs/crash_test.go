@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -357,5 +358,32 @@ func TestStatusAndFlushReportAndExport(t *testing.T) {
 	}
 	if _, err := exec.Command(binary, "flush", "--state-dir", p.stateDir).CombinedOutput(); err == nil {
 		t.Fatal("flush of a stopped file system succeeded")
+	}
+}
+
+func TestKill9AfterACheckpointKeepsDataNeverFsynced(t *testing.T) {
+	p := newFS(t)
+	p.start("--export-delay", "1h", "--checkpoint-interval", "100ms")
+	small, big := []byte("written, closed, never fsynced\n"), randomBytes(8<<20)
+	for name, data := range map[string][]byte{"small": small, "big": big} {
+		if err := os.WriteFile(filepath.Join(p.mnt, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Now()
+	waitFor(t, "a checkpoint that started after the writes", func() bool {
+		var st struct {
+			LastCheckpoint time.Time `json:"last_checkpoint"`
+		}
+		return json.Unmarshal([]byte(p.run("status", "--json")), &st) == nil && st.LastCheckpoint.After(written)
+	})
+	p.kill9()
+
+	p.start("--export-delay", "1h")
+	for name, want := range map[string][]byte{"small": small, "big": big} {
+		got, err := os.ReadFile(filepath.Join(p.mnt, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s after kill -9: %d bytes (want %d), %v", name, len(got), len(want), err)
+		}
 	}
 }

@@ -83,11 +83,11 @@ run "bucketfs mount -h" for the flags
 
 // options are the flags mount (and later serve) share.
 type options struct {
-	stateDir, bucketURL, endpoint        string
-	exportDelay, pollInterval, revalTTL  time.Duration
-	importThreshold, directRead, tierCap byteSize
-	tierDir, s3Listen, logLevel          string
-	metricsListen                        string
+	stateDir, bucketURL, endpoint                   string
+	exportDelay, pollInterval, revalTTL, checkpoint time.Duration
+	importThreshold, directRead, tierCap            byteSize
+	tierDir, s3Listen, logLevel                     string
+	metricsListen                                   string
 }
 
 func defaultStateDir() string {
@@ -115,6 +115,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 10*time.Second, "re-list recently used directories this often to find bucket-side changes (0: never)")
 	fs.DurationVar(&o.revalTTL, "revalidate-ttl", 5*time.Second, "compare a file with the bucket on open when last compared longer ago (0: never)")
+	fs.DurationVar(&o.checkpoint, "checkpoint-interval", 5*time.Second, "make written data durable this often without an fsync, bounding what a crash loses (0: only on fsync)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address for Prometheus /metrics and the S3 event webhook /events (e.g. 127.0.0.1:9100)")
 }
 
@@ -130,7 +131,8 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 	cfg := engine.Config{StateDir: o.stateDir, Endpoint: o.endpoint, ExportDelay: o.exportDelay,
 		ImportThreshold: int64(o.importThreshold), DirectReadSize: int64(o.directRead),
 		TierDir: o.tierDir, TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
-		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), MetricsListen: o.metricsListen}
+		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
+		MetricsListen: o.metricsListen}
 	if o.bucketURL != "" {
 		b, p, err := bucket.ParseURL(o.bucketURL)
 		if err != nil {

@@ -41,6 +41,7 @@ type Status struct {
 	EventsPending     int                     `json:"events_pending"`
 	LastImportLagS    float64                 `json:"last_import_lag_seconds"`
 	LastPoll          time.Time               `json:"last_poll,omitempty"`
+	LastCheckpoint    time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
 	Listings          []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
 	LostFound         int                     `json:"lost_found_files"`
 	TierBytes         int64                   `json:"tier_bytes"`
@@ -64,6 +65,9 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 	ev := e.Importer.EventStats()
 	st.EventsApplied, st.EventsDropped, st.EventsPending, st.LastImportLagS = ev.Applied, ev.Dropped, ev.Pending, ev.LastLag.Seconds()
 	st.LastPoll = e.Importer.PollStats().LastRun
+	if ns := e.lastCheckpoint.Load(); ns != 0 {
+		st.LastCheckpoint = time.Unix(0, ns)
+	}
 	st.Listings = e.Importer.Listings()
 	st.TierBytes = e.Tier.Usage()
 	st.TierCleanBytes = max(st.TierBytes-st.TierDirtyBytes, 0)

@@ -191,6 +191,7 @@ func (t *Tier) Punch(ino uint64, off, length int64) error {
 	}
 	n.mu.Lock()
 	n.markLocked(off, hi-off, false)
+	n.cuts++
 	n.mu.Unlock()
 	return nil
 }

@@ -188,7 +188,7 @@ func (t *Tier) truncate(n *inode, size int64) error {
 	if size < old {
 		if onDisk.last() > size {
 			onDisk.remove(size, 1<<63-1-size)
-			if err := t.writeMap(n.ino, size, onDisk); err != nil {
+			if err := t.writeMap(n.ino, size, onDisk, true); err != nil {
 				return err
 			}
 			n.mu.Lock()
@@ -202,6 +202,7 @@ func (t *Tier) truncate(n *inode, size int64) error {
 		n.present -= n.ext.remove(size, 1<<63-1-size)
 		n.size = size
 		n.gen++
+		n.cuts++
 		n.unsynced = true
 		n.mu.Unlock()
 		t.markStale(n)
@@ -309,7 +310,7 @@ func (t *Tier) syncLocked(n *inode) error {
 	if !needMap {
 		return nil
 	}
-	if err := t.writeMap(n.ino, size, snap); err != nil {
+	if err := t.writeMap(n.ino, size, snap, true); err != nil {
 		return fail(err)
 	}
 	n.mu.Lock()

@@ -76,10 +76,11 @@ func decodeMap(b []byte) (size int64, ext extents, err error) {
 	return size, ext, nil
 }
 
-// writeMap durably replaces ino's map file: write a temporary file, fsync
-// it, rename it over the map, fsync the directory. The caller must have made
-// every range in ext durable in the data file first.
-func (t *Tier) writeMap(ino uint64, size int64, ext extents) error {
+// writeMap replaces ino's map file: write a temporary file, fsync it,
+// rename it over the map, fsync the directory. Without durable it skips
+// both fsyncs, for a caller that flushes the whole file system after. The
+// caller must have made every range in ext durable in the data file first.
+func (t *Tier) writeMap(ino uint64, size int64, ext extents, durable bool) error {
 	p := t.mapPath(ino)
 	tmp := p + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -92,7 +93,7 @@ func (t *Tier) writeMap(ino uint64, size int64, ext extents) error {
 		return err
 	}
 	_, err = f.Write(encodeMap(size, ext))
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -104,6 +105,9 @@ func (t *Tier) writeMap(ino uint64, size int64, ext extents) error {
 	if err != nil {
 		os.Remove(tmp)
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(filepath.Dir(p))
 }

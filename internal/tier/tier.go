@@ -52,6 +52,10 @@ type Tier struct {
 
 	wallBase int64     // UnixNano at Open
 	monoBase time.Time // monotonic origin paired with wallBase
+
+	// afterSnapshot, if set (by tests), runs between a checkpoint's
+	// snapshot and its map writes.
+	afterSnapshot func()
 }
 
 type shard struct {
@@ -98,6 +102,7 @@ type inode struct {
 	present   int64   // ext.total()
 	gen       uint64  // bumped on every change of ext or size
 	epoch     uint64  // bumped when the content is replaced (Create, Reset)
+	cuts      uint64  // bumped when bytes are dropped (Truncate down, Punch)
 	unsynced  bool    // data, ext or size changed since the last Sync
 	onDisk    extents // ranges the map file on disk claims
 	diskGen   uint64  // gen that the map on disk records; 0 if none matches
