@@ -70,13 +70,22 @@ type checkpointSnap struct {
 	ext              extents
 }
 
-// snapshotUnsynced records the state of every inode changed since its last
-// sync. It holds each inode's fill lock exclusively while it looks, so no
-// write or punch is half done.
+// checkpointMax bounds the inodes one checkpoint takes on, and so its
+// memory and its time; after a burst of creates the rest wait for the next.
+const checkpointMax = 16384
+
+// snapshotUnsynced records the state of the inodes changed since their last
+// sync, up to checkpointMax. Empty ones with no map are left out: a crash
+// loses nothing of them. It holds each inode's fill lock exclusively while
+// it looks, so no write or punch is half done.
 func (t *Tier) snapshotUnsynced() []checkpointSnap {
 	var out []checkpointSnap
+	first := int(t.checkpoints.Add(1)) // rotate, so no shard waits forever
 	for i := range t.shards {
-		sh := &t.shards[i]
+		if len(out) >= checkpointMax {
+			break
+		}
+		sh := &t.shards[(first+i)%len(t.shards)]
 		sh.mu.Lock()
 		nodes := make([]*inode, 0, len(sh.m))
 		for _, n := range sh.m {
@@ -86,7 +95,7 @@ func (t *Tier) snapshotUnsynced() []checkpointSnap {
 		for _, n := range nodes {
 			n.fill.Lock()
 			n.mu.Lock()
-			if n.unsynced {
+			if n.unsynced && (n.size > 0 || n.mapOnDisk) && len(out) < checkpointMax {
 				out = append(out, checkpointSnap{n: n, gen: n.gen, epoch: n.epoch, cuts: n.cuts, size: n.size, ext: n.ext.clone()})
 			}
 			n.mu.Unlock()

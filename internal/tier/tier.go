@@ -53,6 +53,8 @@ type Tier struct {
 	wallBase int64     // UnixNano at Open
 	monoBase time.Time // monotonic origin paired with wallBase
 
+	checkpoints atomic.Uint64 // checkpoints begun
+
 	// afterSnapshot, if set (by tests), runs between a checkpoint's
 	// snapshot and its map writes.
 	afterSnapshot func()
