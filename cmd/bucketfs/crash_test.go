@@ -260,9 +260,14 @@ func TestKill9KeepsFsyncedDataAndResumesPendingExports(t *testing.T) {
 
 func TestKill9DuringAnUploadLeavesNoPartialObject(t *testing.T) {
 	p := newFS(t)
-	p.start("--export-delay", "50ms")
+	// Write with exports held off: a writer stalled for longer than a short
+	// export delay (a loaded machine) would rightly see a first part of the
+	// file exported, whole, before the upload this test means to cut.
+	p.start("--export-delay", "1h")
 	data := randomBytes(96 << 20)
 	writeSynced(t, filepath.Join(p.mnt, "huge"), data)
+	p.stop()
+	p.start("--export-delay", "50ms")
 	// Kill as soon as the multipart upload is under way.
 	waitFor(t, "the upload to start", func() bool {
 		out, err := exec.Command(binary, "status", "--state-dir", p.stateDir, "--json").Output()
