@@ -275,22 +275,20 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // crash then loses at most the writes of the last interval. The order keeps
 // the metadata from naming data the tier cannot show; when it does (a crash
 // between the two), the file reads zeros there, as after a crash before an
-// fsync.
+// fsync. lastCheckpoint moves only when every changed file was taken in.
 func (e *Engine) checkpoint(ctx context.Context) {
 	start := time.Now()
-	if _, err := e.Tier.Checkpoint(); err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("checkpoint the tier", "err", err)
-		}
-		return
+	_, skipped, terr := e.Tier.Checkpoint()
+	if terr != nil && ctx.Err() == nil {
+		e.log.Warn("checkpoint the tier", "err", terr)
 	}
-	if err := e.Meta.Sync(ctx); err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("checkpoint the metadata", "err", err)
-		}
-		return
+	merr := e.Meta.Sync(ctx)
+	if merr != nil && ctx.Err() == nil {
+		e.log.Warn("checkpoint the metadata", "err", merr)
 	}
-	e.lastCheckpoint.Store(start.UnixNano())
+	if terr == nil && merr == nil && skipped == 0 {
+		e.lastCheckpoint.Store(start.UnixNano())
+	}
 }
 
 // evict keeps the tier under its capacity, never touching dirty, open or

@@ -22,21 +22,21 @@ import (
 // for the next checkpoint, since its durable bytes may be ones it dropped.
 // An overwrite after the snapshot may, after a machine crash, read as the
 // bytes before it, as on a local file system without fsync.
-func (t *Tier) Checkpoint() (synced int, err error) {
-	snaps := t.snapshotUnsynced()
+func (t *Tier) Checkpoint() (synced, skipped int, err error) {
+	snaps, left := t.snapshotUnsynced()
 	if len(snaps) == 0 {
-		return 0, nil
+		return 0, left, nil
 	}
 	if t.afterSnapshot != nil {
 		t.afterSnapshot()
 	}
 	dir, err := os.Open(t.dir)
 	if err != nil {
-		return 0, fmt.Errorf("tier: checkpoint: %w", err)
+		return 0, len(snaps) + left, fmt.Errorf("tier: checkpoint: %w", err)
 	}
 	defer dir.Close()
 	if err := unix.Syncfs(int(dir.Fd())); err != nil {
-		return 0, fmt.Errorf("tier: checkpoint: syncfs: %w", err)
+		return 0, len(snaps) + left, fmt.Errorf("tier: checkpoint: syncfs: %w", err)
 	}
 	var done []checkpointSnap
 	var errs []error
@@ -50,24 +50,27 @@ func (t *Tier) Checkpoint() (synced int, err error) {
 		}
 	}
 	if err := unix.Syncfs(int(dir.Fd())); err != nil {
-		return 0, errors.Join(append(errs, fmt.Errorf("tier: checkpoint: syncfs: %w", err))...)
+		return 0, len(snaps) + left, errors.Join(append(errs, fmt.Errorf("tier: checkpoint: syncfs: %w", err))...)
 	}
 	for _, sn := range done {
-		sn.n.mu.Lock()
-		if sn.n.gen == sn.gen {
-			sn.n.unsynced = false
+		// Only now is the map durable. A Sync since wrote a newer one.
+		n := sn.n
+		n.mu.Lock()
+		if n.syncs == sn.syncs && n.gen == sn.gen {
+			n.diskGen = sn.gen
+			n.unsynced = false
 		}
-		sn.n.mu.Unlock()
+		n.mu.Unlock()
 	}
-	return len(done), errors.Join(errs...)
+	return len(done), len(snaps) - len(done) + left, errors.Join(errs...)
 }
 
 // checkpointSnap is one inode's state at a checkpoint's snapshot.
 type checkpointSnap struct {
-	n                *inode
-	gen, epoch, cuts uint64
-	size             int64
-	ext              extents
+	n                       *inode
+	gen, epoch, cuts, syncs uint64
+	size                    int64
+	ext                     extents
 }
 
 // checkpointMax bounds the inodes one checkpoint takes on, and so its
@@ -78,13 +81,9 @@ const checkpointMax = 16384
 // sync, up to checkpointMax. Empty ones with no map are left out: a crash
 // loses nothing of them. It holds each inode's fill lock exclusively while
 // it looks, so no write or punch is half done.
-func (t *Tier) snapshotUnsynced() []checkpointSnap {
-	var out []checkpointSnap
+func (t *Tier) snapshotUnsynced() (out []checkpointSnap, left int) {
 	first := int(t.checkpoints.Add(1)) // rotate, so no shard waits forever
 	for i := range t.shards {
-		if len(out) >= checkpointMax {
-			break
-		}
 		sh := &t.shards[(first+i)%len(t.shards)]
 		sh.mu.Lock()
 		nodes := make([]*inode, 0, len(sh.m))
@@ -95,19 +94,29 @@ func (t *Tier) snapshotUnsynced() []checkpointSnap {
 		for _, n := range nodes {
 			n.fill.Lock()
 			n.mu.Lock()
-			if n.unsynced && (n.size > 0 || n.mapOnDisk) && len(out) < checkpointMax {
-				out = append(out, checkpointSnap{n: n, gen: n.gen, epoch: n.epoch, cuts: n.cuts, size: n.size, ext: n.ext.clone()})
+			switch {
+			case !n.unsynced || n.size == 0 && !n.mapOnDisk:
+			case len(out) >= checkpointMax:
+				left++
+			default:
+				out = append(out, checkpointSnap{n: n, gen: n.gen, epoch: n.epoch, cuts: n.cuts, syncs: n.syncs,
+					size: n.size, ext: n.ext.clone()})
 			}
 			n.mu.Unlock()
 			n.fill.Unlock()
 		}
 	}
-	return out
+	return out, left
 }
 
 // writeCheckpointMap writes sn's map, claiming what sn saw present that
-// still is, unless the inode's content was replaced or cut since (ok
-// false). The map is not fsynced; the checkpoint's second syncfs does that.
+// still is, unless the inode's content was replaced or cut since, or a Sync
+// made a newer state durable (ok false). The map replaces an existing one
+// only once its own bytes are durable (on file systems that do not flush a
+// file renamed over another, a crash could otherwise leave an empty map,
+// and with it no claim on data fsynced long ago); the checkpoint's second
+// syncfs makes the rest durable. Until then the inode does not count as
+// synced (diskGen 0), so a Sync meanwhile writes a durable map itself.
 func (t *Tier) writeCheckpointMap(sn checkpointSnap) (ok bool, err error) {
 	n := sn.n
 	n.life.RLock()
@@ -119,7 +128,7 @@ func (t *Tier) writeCheckpointMap(sn checkpointSnap) (ok bool, err error) {
 	defer n.syncMu.Unlock()
 	n.fill.Lock()
 	n.mu.Lock()
-	if n.epoch != sn.epoch || n.cuts != sn.cuts || n.size < sn.size {
+	if n.epoch != sn.epoch || n.cuts != sn.cuts || n.syncs != sn.syncs || n.size < sn.size {
 		n.mu.Unlock()
 		n.fill.Unlock()
 		return false, nil
@@ -132,18 +141,17 @@ func (t *Tier) writeCheckpointMap(sn checkpointSnap) (ok bool, err error) {
 	for _, r := range gone {
 		claim.remove(r.Off, r.Len)
 	}
+	sync := mapNoSync
+	if n.mapOnDisk {
+		sync = mapFileOnly
+	}
 	n.mu.Unlock()
 	n.fill.Unlock()
-	if err := t.writeMap(n.ino, sn.size, claim, false); err != nil {
+	if err := t.writeMap(n.ino, sn.size, claim, sync); err != nil {
 		return false, opErr("checkpoint", n.ino, err)
 	}
 	n.mu.Lock()
-	n.onDisk, n.mapOnDisk = claim, true
-	if n.gen == sn.gen {
-		n.diskGen = sn.gen
-	} else {
-		n.diskGen = 0
-	}
+	n.onDisk, n.mapOnDisk, n.diskGen = claim, true, 0
 	n.mu.Unlock()
 	return true, nil
 }

@@ -35,15 +35,6 @@ func (t *Tier) ReadAt(ino uint64, p []byte, off int64) (int, error) {
 // On a short write (ENOSPC, for instance) the bytes written are marked and
 // returned with an error wrapping the cause; earlier data is untouched.
 func (t *Tier) WriteAt(ino uint64, p []byte, off int64) (int, error) {
-	return t.WriteThen(ino, p, off, nil)
-}
-
-// WriteThen is WriteAt followed by then(c), with c the bytes written (also
-// on a short write), before any Reset or ResetWith of ino can run: the
-// caller records the write in the namespace there, so that an import of a
-// new version either sees the record or comes after the write. then's error
-// is returned if the write itself succeeded.
-func (t *Tier) WriteThen(ino uint64, p []byte, off int64, then func(c int) error) (int, error) {
 	if err := checkRange(off, int64(len(p))); err != nil {
 		return 0, opErr("write", ino, err)
 	}
@@ -52,13 +43,7 @@ func (t *Tier) WriteThen(ino uint64, p []byte, off int64, then func(c int) error
 		return 0, opErr("write", ino, err)
 	}
 	defer n.life.RUnlock()
-	c, err := t.writeShared(n, p, off)
-	if then != nil && (c > 0 || err == nil) {
-		if terr := then(c); err == nil {
-			err = terr
-		}
-	}
-	return c, err
+	return t.writeShared(n, p, off)
 }
 
 // writeShared writes and marks p at off. Requires n.life held shared.

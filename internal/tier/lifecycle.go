@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,7 +61,7 @@ func (t *Tier) create(n *inode, size int64, fresh bool) error {
 	n.markLocked(0, size, false) // no-op for size 0
 	n.size = size
 	n.gen++
-	n.epoch++
+	n.epoch = t.epochs.Add(1)
 	n.unsynced = true
 	n.mu.Unlock()
 	n.lastUse.Store(t.now())
@@ -106,19 +107,26 @@ func (t *Tier) Reset(ino uint64, size int64) error {
 // file's content (in the namespace) and returns its size; if commit fails,
 // the tier's data stays as it was and the error is returned.
 //
-// No tier operation on ino runs meanwhile, so a write done with WriteThen
-// lands either before (and commit sees its metadata) or after the reset,
-// never with its bytes discarded after commit looked. The synced map is
-// durably removed before commit runs: a crash after commit can then never
-// show the old version's cached bytes as the new version's. Every Fill
-// begun before the reset is refused (ErrStale), as it may carry bytes of the
-// old version.
+// It holds ino's Guard exclusively, so a change made under Guard (a write,
+// truncate or punch and its record in the namespace) lands either before
+// (and commit sees its record) or after the reset, never with its bytes
+// discarded after commit looked. The map is durably removed before commit
+// runs, so a crash after commit can never show the old version's cached
+// bytes as the new version's; if commit fails the map is made durable again.
+// Every Fill begun before the reset is refused (ErrStale), as it may carry
+// bytes of the old version.
 func (t *Tier) ResetWith(ino uint64, commit func() (size int64, err error)) error {
+	g := t.guard(ino)
+	g.Lock()
+	defer g.Unlock()
 	n, _, err := t.exclusive(ino, true, 0)
 	if err != nil {
 		return opErr("reset", ino, err)
 	}
 	defer n.life.Unlock()
+	n.mu.Lock()
+	hadMap := n.mapOnDisk
+	n.mu.Unlock()
 	if err := t.dropMap(n); err != nil {
 		return opErr("reset", ino, err)
 	}
@@ -128,8 +136,16 @@ func (t *Tier) ResetWith(ino uint64, commit func() (size int64, err error)) erro
 	}
 	if err != nil {
 		n.mu.Lock()
-		n.unsynced = true // the map on disk is gone; the next Sync rewrites it
+		n.unsynced = true // the map on disk is gone
 		n.mu.Unlock()
+		if hadMap {
+			// It may have claimed fsynced data: claim it again before any
+			// crash can drop the data as unclaimed debris.
+			n.syncMu.Lock()
+			serr := t.syncLocked(n)
+			n.syncMu.Unlock()
+			return errors.Join(err, serr)
+		}
 		return err
 	}
 	if f := n.f.Load(); f != nil {
@@ -144,12 +160,25 @@ func (t *Tier) ResetWith(ino uint64, commit func() (size int64, err error)) erro
 	n.present = 0
 	n.size = size
 	n.gen++
-	n.epoch++
+	n.epoch = t.epochs.Add(1)
 	n.unsynced = false // nothing on disk, nothing to claim
 	n.mu.Unlock()
 	t.markStale(n)
 	return nil
 }
+
+// Guard holds off ResetWith on ino until the returned function is called.
+// A caller changing a file's data takes it around the tier change and the
+// namespace record of it, so an import of a new version either sees the
+// record or comes after both. Guards are striped: an import may wait for a
+// change to another inode, briefly.
+func (t *Tier) Guard(ino uint64) (unlock func()) {
+	g := t.guard(ino)
+	g.RLock()
+	return g.RUnlock
+}
+
+func (t *Tier) guard(ino uint64) *sync.RWMutex { return &t.guards[ino%guardStripes] }
 
 // Truncate sets the logical size of ino. Shrinking drops the data and the
 // present ranges past size. Growing makes [old size, size) present as zeros:
@@ -188,7 +217,7 @@ func (t *Tier) truncate(n *inode, size int64) error {
 	if size < old {
 		if onDisk.last() > size {
 			onDisk.remove(size, 1<<63-1-size)
-			if err := t.writeMap(n.ino, size, onDisk, true); err != nil {
+			if err := t.writeMap(n.ino, size, onDisk, mapDurable); err != nil {
 				return err
 			}
 			n.mu.Lock()
@@ -308,13 +337,17 @@ func (t *Tier) syncLocked(n *inode) error {
 		return fail(err)
 	}
 	if !needMap {
+		n.mu.Lock()
+		n.syncs++
+		n.mu.Unlock()
 		return nil
 	}
-	if err := t.writeMap(n.ino, size, snap, true); err != nil {
+	if err := t.writeMap(n.ino, size, snap, mapDurable); err != nil {
 		return fail(err)
 	}
 	n.mu.Lock()
 	n.onDisk, n.diskGen, n.mapOnDisk = snap, gen, true
+	n.syncs++
 	n.mu.Unlock()
 	return nil
 }

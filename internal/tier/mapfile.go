@@ -76,11 +76,21 @@ func decodeMap(b []byte) (size int64, ext extents, err error) {
 	return size, ext, nil
 }
 
+// mapSync says how much of a map write is made durable before writeMap
+// returns.
+type mapSync int
+
+const (
+	mapDurable  mapSync = iota // fsync the file and the directory
+	mapFileOnly                // fsync the file before the rename; a later syncfs does the rest
+	mapNoSync                  // nothing; a later syncfs does it all
+)
+
 // writeMap replaces ino's map file: write a temporary file, fsync it,
-// rename it over the map, fsync the directory. Without durable it skips
-// both fsyncs, for a caller that flushes the whole file system after. The
-// caller must have made every range in ext durable in the data file first.
-func (t *Tier) writeMap(ino uint64, size int64, ext extents, durable bool) error {
+// rename it over the map, fsync the directory; sync says which fsyncs are
+// left to a later syncfs. The caller must have made every range in ext
+// durable in the data file first.
+func (t *Tier) writeMap(ino uint64, size int64, ext extents, sync mapSync) error {
 	p := t.mapPath(ino)
 	tmp := p + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -93,7 +103,7 @@ func (t *Tier) writeMap(ino uint64, size int64, ext extents, durable bool) error
 		return err
 	}
 	_, err = f.Write(encodeMap(size, ext))
-	if err == nil && durable {
+	if err == nil && sync != mapNoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -106,7 +116,7 @@ func (t *Tier) writeMap(ino uint64, size int64, ext extents, durable bool) error
 		os.Remove(tmp)
 		return err
 	}
-	if !durable {
+	if sync != mapDurable {
 		return nil
 	}
 	return syncDir(filepath.Dir(p))
@@ -272,6 +282,7 @@ func (t *Tier) loadInode(ino uint64) error {
 		present:   ext.total(),
 		gen:       1,
 		diskGen:   1,
+		epoch:     t.epochs.Add(1),
 		onDisk:    ext.clone(),
 		mapOnDisk: true,
 	}

@@ -36,6 +36,9 @@ var ErrClosed = errors.New("tier closed")
 
 const shardCount = 64
 
+// guardStripes is the number of Guard locks; inodes share them by number.
+const guardStripes = 1024
+
 // Tier is the local data store. All methods are safe for concurrent use.
 type Tier struct {
 	dir  string
@@ -54,6 +57,11 @@ type Tier struct {
 	monoBase time.Time // monotonic origin paired with wallBase
 
 	checkpoints atomic.Uint64 // checkpoints begun
+	epochs      atomic.Uint64 // source of inode.epoch, never reused
+
+	// guards are striped by inode number: held shared by a change made
+	// with Guard, exclusively by ResetWith (see Guard).
+	guards [guardStripes]sync.RWMutex
 
 	// afterSnapshot, if set (by tests), runs between a checkpoint's
 	// snapshot and its map writes.
@@ -67,8 +75,9 @@ type shard struct {
 
 // inode is the tier's state for one inode.
 //
-// Lock order: life, then fill, then syncMu, then openMu, then mu. mu is
-// never held across I/O; the others are per inode and may be.
+// Lock order: the Tier's guard stripe, then life, then syncMu, then fill,
+// then openMu, then mu. mu is never held across I/O; the others are per
+// inode and may be.
 type inode struct {
 	ino uint64
 
@@ -103,8 +112,9 @@ type inode struct {
 	size      int64   // logical size as the tier knows it
 	present   int64   // ext.total()
 	gen       uint64  // bumped on every change of ext or size
-	epoch     uint64  // bumped when the content is replaced (Create, Reset)
+	epoch     uint64  // new (from Tier.epochs) when the content is replaced: Create, Reset, new state
 	cuts      uint64  // bumped when bytes are dropped (Truncate down, Punch)
+	syncs     uint64  // bumped by every Sync that made the inode durable
 	unsynced  bool    // data, ext or size changed since the last Sync
 	onDisk    extents // ranges the map file on disk claims
 	diskGen   uint64  // gen that the map on disk records; 0 if none matches
@@ -255,7 +265,7 @@ func (t *Tier) exclusive(ino uint64, create bool, size int64) (n *inode, created
 				sh.mu.Unlock()
 				return nil, false, ErrNoState
 			}
-			n = &inode{ino: ino, size: size}
+			n = &inode{ino: ino, size: size, epoch: t.epochs.Add(1)}
 			n.lastUse.Store(t.now())
 			n.life.Lock()
 			sh.m[ino] = n

@@ -802,12 +802,12 @@ func TestFillStartedBeforeAResetIsRefused(t *testing.T) {
 	mustPresent(t, tr, 1, 100)
 }
 
-// ResetWith and WriteThen model an import of a new version racing a file
+// ResetWith and Guard model an import of a new version racing a file
 // write: the import commits only if the namespace has no record of a local
-// write (else it gives up), and the write records itself in then. The
+// write (else it gives up), and the write records itself under Guard. The
 // import is started while the write is between its bytes and its record,
 // and then must still never discard the bytes.
-func TestResetWithNeverDiscardsAWriteItsCommitDidNotSee(t *testing.T) {
+func TestResetWithNeverDiscardsAGuardedWriteItsCommitDidNotSee(t *testing.T) {
 	tr := openTier(t, t.TempDir(), Options{})
 	errDirty := errors.New("dirty")
 	for ino := uint64(1); ino <= 100; ino++ {
@@ -819,19 +819,15 @@ func TestResetWithNeverDiscardsAWriteItsCommitDidNotSee(t *testing.T) {
 		writing := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			_, err := tr.WriteThen(ino, fill('w', 512), 1024, func(int) error {
-				close(writing)
-				for range 100 {
-					runtime.Gosched() // give the import every chance to run now
-				}
-				mu.Lock()
-				recorded = true
-				mu.Unlock()
-				return nil
-			})
-			if err != nil {
-				t.Errorf("WriteThen: %v", err)
+			defer tr.Guard(ino)()
+			mustWrite(t, tr, ino, fill('w', 512), 1024)
+			close(writing)
+			for range 100 {
+				runtime.Gosched() // give the import every chance to run now
 			}
+			mu.Lock()
+			recorded = true
+			mu.Unlock()
 		})
 		wg.Go(func() {
 			<-writing
@@ -857,8 +853,27 @@ func TestResetWithNeverDiscardsAWriteItsCommitDidNotSee(t *testing.T) {
 	}
 }
 
-// A commit that fails leaves the tier's data as it was, and the next Sync
-// claims it on disk again.
+// An inode removed and started again gets a new epoch, so a fill fetched
+// for its earlier content is refused even though the state is new.
+func TestEpochsAreNeverReusedAcrossRemoval(t *testing.T) {
+	tr := openTier(t, t.TempDir(), Options{})
+	if err := tr.Init(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	old := tr.Epoch(1)
+	if err := tr.Remove(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Init(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fill(1, old, fill('o', 100), 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("Fill with the epoch of removed state = %v, want ErrStale", err)
+	}
+}
+
+// A commit that fails leaves the tier's data as it was, and claimed on disk
+// again at once: fsynced data survives a crash right after.
 func TestResetWithAFailedCommitKeepsTheData(t *testing.T) {
 	dir := t.TempDir()
 	tr := openTier(t, dir, Options{})
@@ -876,9 +891,6 @@ func TestResetWithAFailedCommitKeepsTheData(t *testing.T) {
 	if got := mustRead(t, tr, 1, 0, 100); !bytes.Equal(got, fill('L', 100)) {
 		t.Fatalf("after a failed ResetWith: %q", got[:8])
 	}
-	if err := tr.Sync(1); err != nil {
-		t.Fatal(err)
-	}
 	crash(tr)
 	tr2 := openTier(t, dir, Options{})
 	mustPresent(t, tr2, 1, 100)
@@ -893,7 +905,7 @@ func TestCheckpointMakesUnsyncedWritesSurviveACrash(t *testing.T) {
 		}
 		mustWrite(t, tr, ino, fill(byte('a'+ino), 1000), 0)
 	}
-	if n, err := tr.Checkpoint(); err != nil || n != 3 {
+	if n, _, err := tr.Checkpoint(); err != nil || n != 3 {
 		t.Fatalf("Checkpoint = %d, %v; want 3 inodes", n, err)
 	}
 	mustWrite(t, tr, 3, fill('z', 500), 1000) // after the checkpoint: lost
@@ -905,7 +917,7 @@ func TestCheckpointMakesUnsyncedWritesSurviveACrash(t *testing.T) {
 			t.Fatalf("ino %d after the crash: %q", ino, got[:8])
 		}
 	}
-	if n, err := tr2.Checkpoint(); err != nil || n != 0 {
+	if n, _, err := tr2.Checkpoint(); err != nil || n != 0 {
 		t.Fatalf("Checkpoint with nothing changed = %d, %v", n, err)
 	}
 }
@@ -935,8 +947,8 @@ func TestCheckpointSkipsContentReplacedOrCutAfterItsSnapshot(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n, err := tr.Checkpoint(); err != nil || n != 1 {
-		t.Fatalf("Checkpoint = %d, %v; want only the untouched inode 3", n, err)
+	if n, skipped, err := tr.Checkpoint(); err != nil || n != 1 || skipped != 2 {
+		t.Fatalf("Checkpoint = %d (skipped %d), %v; want only the untouched inode 3", n, skipped, err)
 	}
 	crash(tr)
 	tr2 := openTier(t, dir, Options{})
@@ -946,4 +958,32 @@ func TestCheckpointSkipsContentReplacedOrCutAfterItsSnapshot(t *testing.T) {
 		}
 	}
 	mustPresent(t, tr2, 3, 1000)
+}
+
+// A Sync between a checkpoint's snapshot and its map write made a newer
+// state durable: the checkpoint must not replace that map with its older
+// one, nor leave the inode counted as synced.
+func TestCheckpointNeverUndoesASyncAfterItsSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	tr := openTier(t, dir, Options{})
+	if err := tr.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tr, 1, fill('a', 100), 0)
+	tr.afterSnapshot = func() {
+		mustWrite(t, tr, 1, fill('b', 50), 100)
+		if err := tr.Sync(1); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, _, err := tr.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	tr.afterSnapshot = nil
+	if err := tr.Sync(1); err != nil { // nothing changed since the Sync
+		t.Fatal(err)
+	}
+	crash(tr)
+	tr2 := openTier(t, dir, Options{})
+	mustPresent(t, tr2, 1, 150)
 }

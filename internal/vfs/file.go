@@ -134,26 +134,38 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base,
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
 		writable: acc == syscall.O_WRONLY || acc == syscall.O_RDWR}
-	if in.IsRegular() {
-		if flags&syscall.O_TRUNC != 0 && h.writable {
-			if err := fs.truncate(ctx, in.Ino, 0); err != nil {
-				return nil, err
-			}
-		} else if err := fs.ensureTier(in); err != nil {
-			return nil, err
-		}
-		if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
-			// Best effort: a full tier leaves the data in the bucket, and a
-			// version replaced meanwhile is fetched by the reads.
-			if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
-				return nil, err
-			}
-		}
-	}
+	// Counted open from the start, so eviction leaves the tier state alone
+	// while the open prepares it.
 	fs.mu.Lock()
 	fs.opens[in.Ino]++
 	fs.mu.Unlock()
+	if in.IsRegular() {
+		if err := fs.prepare(ctx, in, h); err != nil {
+			h.Release(ctx)
+			return nil, err
+		}
+	}
 	return h, nil
+}
+
+// prepare readies the tier for a new handle of a regular file: truncated
+// for O_TRUNC, else tracked, and a small imported file copied in.
+func (fs *FS) prepare(ctx context.Context, in *meta.Inode, h *Handle) error {
+	if h.flags&syscall.O_TRUNC != 0 && h.writable {
+		if err := fs.truncate(ctx, in.Ino, 0); err != nil {
+			return err
+		}
+	} else if err := fs.ensureTier(in); err != nil {
+		return err
+	}
+	if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
+		// Best effort: a full tier leaves the data in the bucket, and a
+		// version replaced meanwhile is fetched by the reads.
+		if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
+			return err
+		}
+	}
+	return nil
 }
 
 // ensureTier makes sure the tier tracks ino; an imported file starts with
@@ -398,6 +410,9 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	fs := h.fs
 	ino := uint64(h.ino)
+	// Under Guard, an import of a new version sees this write's record or
+	// comes after it: it never discards the bytes unseen (tier.ResetWith).
+	defer fs.tier.Guard(ino)()
 	if h.flags&syscall.O_APPEND != 0 {
 		in, err := fs.meta.Get(ctx, h.ino)
 		if err != nil {
@@ -408,34 +423,28 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	// The tier treats a gap between the old end and off as local zeros. The
-	// write is recorded in the namespace before an import of a new version
-	// can reset the tier, so the import either sees it (a conflict) or
-	// comes after it; it never discards the bytes unseen.
+	// The tier treats a gap between the old end and off as local zeros.
 	//
 	// A short write (the tier's disk filled up) keeps what it wrote, as
 	// write(2) does: the size covers it, and the caller's next write meets
 	// the error. Left out of the size, those bytes would show up in a hole
 	// a later write past the end leaves.
-	var recErr error
-	n, err := fs.tier.WriteThen(ino, p, off, func(c int) error {
-		end := off + int64(c)
-		now := fs.now()
-		_, recErr = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
-			if end > in.Size {
-				in.Size = end
-			}
-			in.Mtime, in.Ctime = now, now
-			in.Mode &^= syscall.S_ISUID
-			return meta.DataChange, nil
-		})
-		return recErr
-	})
+	n, err := fs.tier.WriteAt(ino, p, off)
 	fs.counters.written.Add(int64(n))
-	if n == 0 {
+	if err != nil && n == 0 {
 		return 0, err
 	}
-	return n, recErr
+	end := off + int64(n)
+	now := fs.now()
+	_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
+		if end > in.Size {
+			in.Size = end
+		}
+		in.Mtime, in.Ctime = now, now
+		in.Mode &^= syscall.S_ISUID
+		return meta.DataChange, nil
+	})
+	return n, err
 }
 
 // Fsync makes the file's data and metadata durable.
@@ -496,6 +505,7 @@ func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error
 	}
 	fs := h.fs
 	ino := uint64(h.ino)
+	defer fs.tier.Guard(ino)() // see Write
 	in, err := fs.meta.Get(ctx, h.ino)
 	if err != nil {
 		return err

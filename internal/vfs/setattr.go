@@ -129,6 +129,7 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 
 // truncate sets the size of a regular file, in the tier and in meta.
 func (fs *FS) truncate(ctx context.Context, ino Ino, size int64) error {
+	defer fs.tier.Guard(uint64(ino))() // see Handle.Write
 	in, err := fs.meta.Get(ctx, ino)
 	if err != nil {
 		return err
