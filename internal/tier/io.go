@@ -18,14 +18,37 @@ func (t *Tier) ReadAt(ino uint64, p []byte, off int64) (int, error) {
 		return 0, opErr("read", ino, err)
 	}
 	defer n.life.RUnlock()
-	n.lastUse.Store(t.now())
-	f, err := t.file(n)
+	return t.readShared(n, p, off)
+}
+
+// ReadCurrent is ReadAt for a reader that took Epoch before it looked at
+// which content to expect: if the content was replaced since, it reads
+// nothing and returns an error wrapping ErrStale.
+func (t *Tier) ReadCurrent(ino, epoch uint64, p []byte, off int64) (int, error) {
+	n, err := t.shared(ino)
 	if err != nil {
 		return 0, opErr("read", ino, err)
 	}
+	defer n.life.RUnlock()
+	n.mu.Lock()
+	stale := n.epoch != epoch
+	n.mu.Unlock()
+	if stale {
+		return 0, opErr("read", ino, ErrStale)
+	}
+	return t.readShared(n, p, off)
+}
+
+// readShared reads p at off. Requires n.life held shared.
+func (t *Tier) readShared(n *inode, p []byte, off int64) (int, error) {
+	n.lastUse.Store(t.now())
+	f, err := t.file(n)
+	if err != nil {
+		return 0, opErr("read", n.ino, err)
+	}
 	c, err := f.ReadAt(p, off)
 	if err != nil && err != io.EOF {
-		err = opErr("read", ino, err)
+		err = opErr("read", n.ino, err)
 	}
 	return c, err
 }

@@ -987,3 +987,22 @@ func TestCheckpointNeverUndoesASyncAfterItsSnapshot(t *testing.T) {
 	tr2 := openTier(t, dir, Options{})
 	mustPresent(t, tr2, 1, 150)
 }
+
+func TestReadCurrentRefusesContentReplacedSinceItsEpoch(t *testing.T) {
+	tr := openTier(t, t.TempDir(), Options{})
+	if err := tr.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tr, 1, fill('a', 100), 0)
+	epoch := tr.Epoch(1)
+	p := make([]byte, 100)
+	if n, err := tr.ReadCurrent(1, epoch, p, 0); err != nil || n != 100 || !bytes.Equal(p, fill('a', 100)) {
+		t.Fatalf("ReadCurrent = %d, %v", n, err)
+	}
+	if err := tr.Reset(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.ReadCurrent(1, epoch, p, 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("ReadCurrent after Reset = %v, want ErrStale", err)
+	}
+}

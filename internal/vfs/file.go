@@ -272,6 +272,11 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 		return 0, 0, syscall.EBADF
 	}
 	fs := h.fs
+	ino := uint64(h.ino)
+	// Tier reads fail with ErrStale if an import replaced the content after
+	// this read looked at the inode, rather than return a mix of versions.
+	epoch := fs.tier.Epoch(ino)
+	readTier := func(p []byte, off int64) (int, error) { return fs.tier.ReadCurrent(ino, epoch, p, off) }
 	in, err := fs.meta.Get(ctx, h.ino)
 	if err != nil {
 		return 0, 0, err
@@ -285,22 +290,21 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 	if rest := in.Size - off; int64(len(p)) > rest {
 		p = p[:rest]
 	}
-	ino := uint64(h.ino)
 	fs.tier.Touch(ino)
 	if in.Has(meta.Local) {
-		n, err := fs.tier.ReadAt(ino, p, off)
+		n, err := readTier(p, off)
 		return n, 0, err
 	}
 	missing := fs.tier.Missing(ino, off, int64(len(p)))
 	if len(missing) == 0 {
-		n, err := fs.tier.ReadAt(ino, p, off)
+		n, err := readTier(p, off)
 		return n, 0, err
 	}
 	if in.Size < fs.cfg.DirectReadSize {
 		// The tier caches the inode's current version: fetch from Base.
 		err := fs.fetch(ctx, &in, in.Base, off, int64(len(p)))
 		if err == nil {
-			n, err := fs.tier.ReadAt(ino, p, off)
+			n, err := readTier(p, off)
 			return n, 0, err
 		}
 		if !tierFull(err) {
@@ -323,7 +327,7 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 	pos := off
 	for _, r := range missing {
 		if r.Off > pos {
-			if _, err := fs.tier.ReadAt(ino, p[pos-off:r.Off-off], pos); err != nil {
+			if _, err := readTier(p[pos-off:r.Off-off], pos); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -334,7 +338,7 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 		pos = r.Off + r.Len
 	}
 	if end := off + int64(len(p)); pos < end {
-		if _, err := fs.tier.ReadAt(ino, p[pos-off:], pos); err != nil {
+		if _, err := readTier(p[pos-off:], pos); err != nil {
 			return 0, 0, err
 		}
 	}
