@@ -92,6 +92,7 @@ type Engine struct {
 	// lastCheckpoint is when the last finished checkpoint started (unix ns):
 	// every write that returned before then is durable.
 	lastCheckpoint atomic.Int64
+	closed         atomic.Bool
 	metricsAddr    string
 }
 
@@ -186,6 +187,9 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.Tier, err = tier.Open(cfg.TierDir, tier.Options{Capacity: cfg.TierCapacity}); err != nil {
 		return nil, err
 	}
+	if err := dropUnknownTierState(ctx, e.Meta, e.Tier, e.log); err != nil {
+		return nil, err
+	}
 	supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
 	if err != nil {
 		return nil, err
@@ -271,20 +275,42 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 	}
 }
 
-// checkpoint makes the tier's data and maps durable, then the metadata: a
-// crash then loses at most the writes of the last interval. The order keeps
-// the metadata from naming data the tier cannot show; when it does (a crash
-// between the two), the file reads zeros there, as after a crash before an
-// fsync. lastCheckpoint moves only when every changed file was taken in.
+// dropUnknownTierState removes the tier's data of inode numbers the
+// metadata has not given out: a crash after the tier made an inode's data
+// durable but before the metadata log did loses the inode, and its number
+// is given out again; the new inode must not find the old one's bytes.
+func dropUnknownTierState(ctx context.Context, m *meta.Store, t *tier.Tier, log *slog.Logger) error {
+	next, err := m.NextIno(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ino := range t.Inodes() {
+		if ino < uint64(next) {
+			continue
+		}
+		log.Warn("dropping tier data of an inode lost in a crash", "ino", ino)
+		if err := t.Remove(ino); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkpoint makes the metadata durable, then the tier's data and maps: a
+// crash then loses at most the writes of the last interval. In this order
+// the tier never holds durable data of an inode the metadata could forget
+// (see dropUnknownTierState); a crash between the two leaves files whose
+// newest bytes read as zeros, as after a crash before an fsync.
+// lastCheckpoint moves only when every changed file was taken in.
 func (e *Engine) checkpoint(ctx context.Context) {
 	start := time.Now()
-	_, skipped, terr := e.Tier.Checkpoint()
-	if terr != nil && ctx.Err() == nil {
-		e.log.Warn("checkpoint the tier", "err", terr)
-	}
 	merr := e.Meta.Sync(ctx)
 	if merr != nil && ctx.Err() == nil {
 		e.log.Warn("checkpoint the metadata", "err", merr)
+	}
+	_, skipped, terr := e.Tier.Checkpoint()
+	if terr != nil && ctx.Err() == nil {
+		e.log.Warn("checkpoint the tier", "err", terr)
 	}
 	if terr == nil && merr == nil && skipped == 0 {
 		e.lastCheckpoint.Store(start.UnixNano())
@@ -309,8 +335,11 @@ func (e *Engine) evict(ctx context.Context) {
 }
 
 // Close stops the background work and releases everything, leaving
-// unexported changes queued for the next start.
+// unexported changes queued for the next start. Closing twice is harmless.
 func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
 	if e.stop != nil {
 		e.stop()
 		e.wg.Wait()

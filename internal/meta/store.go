@@ -343,6 +343,22 @@ func queuedCount(r kv.Reader) (int64, error) {
 	return int64(kv.Uint64(v)), nil
 }
 
+// NextIno returns the inode number the next new inode gets. Numbers at or
+// above it name no inode; after a crash that lost the end of the log, they
+// may have named inodes that are gone and will be given out again.
+func (s *Store) NextIno(ctx context.Context) (Ino, error) {
+	var next Ino
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		v, err := r.Get(keyNext)
+		if err != nil {
+			return fmt.Errorf("next inode: %w", err)
+		}
+		next = Ino(kv.Uint64(v))
+		return nil
+	})
+	return next, err
+}
+
 func (s *Store) allocIno(tx kv.Txn) (Ino, error) {
 	v, err := tx.Get(keyNext)
 	if err != nil {

@@ -452,11 +452,15 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 // Fsync makes the file's data and metadata durable.
+//
+// The metadata goes first: the tier must never hold durable data of an
+// inode the metadata could still forget in a crash (its number would be
+// given out again).
 func (h *Handle) Fsync(ctx context.Context) error {
-	if err := h.fs.tier.Sync(uint64(h.ino)); err != nil {
+	if err := h.fs.meta.Sync(ctx); err != nil {
 		return err
 	}
-	return h.fs.meta.Sync(ctx)
+	return h.fs.tier.Sync(uint64(h.ino))
 }
 
 // Release closes the handle; the last close of an unlinked file lets the
