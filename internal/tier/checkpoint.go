@@ -67,10 +67,11 @@ func (t *Tier) Checkpoint() (synced, skipped int, err error) {
 
 // checkpointSnap is one inode's state at a checkpoint's snapshot.
 type checkpointSnap struct {
-	n                       *inode
-	gen, epoch, cuts, syncs uint64
-	size                    int64
-	ext                     extents
+	n                  *inode
+	gen                uint64
+	epoch, cuts, syncs uint32
+	size               int64
+	ext                extents
 }
 
 // checkpointMax bounds the inodes one checkpoint takes on, and so its

@@ -31,7 +31,7 @@ func (t *Tier) ReadCurrent(ino, epoch uint64, p []byte, off int64) (int, error) 
 	}
 	defer n.life.RUnlock()
 	n.mu.Lock()
-	stale := n.epoch != epoch
+	stale := uint64(n.epoch) != epoch
 	n.mu.Unlock()
 	if stale {
 		return 0, opErr("read", ino, ErrStale)
@@ -101,7 +101,7 @@ func (t *Tier) Epoch(ino uint64) uint64 {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.epoch
+	return uint64(n.epoch)
 }
 
 // Fill stores clean data fetched from the bucket: p holds the object's bytes
@@ -125,7 +125,7 @@ func (t *Tier) Fill(ino uint64, epoch uint64, p []byte, off int64) error {
 	defer n.fill.Unlock()
 	n.lastUse.Store(t.now())
 	n.mu.Lock()
-	if n.epoch != epoch {
+	if uint64(n.epoch) != epoch {
 		n.mu.Unlock()
 		return opErr("fill", ino, ErrStale)
 	}

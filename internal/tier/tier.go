@@ -57,7 +57,7 @@ type Tier struct {
 	monoBase time.Time // monotonic origin paired with wallBase
 
 	checkpoints atomic.Uint64 // checkpoints begun
-	epochs      atomic.Uint64 // source of inode.epoch, never reused
+	epochs      atomic.Uint32 // source of inode.epoch; wraps only after 2^32 replacements
 
 	// guards are striped by inode number: held shared by a change made
 	// with Guard, exclusively by ResetWith (see Guard).
@@ -85,9 +85,6 @@ type inode struct {
 	// exclusively by operations that replace or destroy it (Create, Reset,
 	// Truncate, Remove, eviction, closing the cached descriptor, Close).
 	life sync.RWMutex
-	// dead is set, with life held exclusively, once this struct is no longer
-	// the inode's state; holders of life must re-look the inode up.
-	dead bool
 
 	// fill is held shared by WriteAt and Punch and exclusively by Fill, so
 	// a Fill can never write bucket data over a range a concurrent WriteAt
@@ -100,25 +97,31 @@ type inode struct {
 	// openMu serialises opening the data file.
 	openMu sync.Mutex
 	f      atomic.Pointer[os.File] // cached descriptor; nil if closed
-	fref   atomic.Bool             // clock bit for the descriptor cache
-	inRing bool                    // guarded by Tier.fds.mu
 
 	lastUse atomic.Int64 // UnixNano-based, see Tier.now
 	alloc   atomic.Int64 // allocated bytes of the data file at last refresh
-	isStale atomic.Bool  // alloc needs refreshing; guarded by Tier.stale
 
-	mu        sync.Mutex
-	ext       extents // present ranges, all inside [0, size)
-	size      int64   // logical size as the tier knows it
-	present   int64   // ext.total()
-	gen       uint64  // bumped on every change of ext or size
-	epoch     uint64  // new (from Tier.epochs) when the content is replaced: Create, Reset, new state
-	cuts      uint64  // bumped when bytes are dropped (Truncate down, Punch)
-	syncs     uint64  // bumped by every Sync that made the inode durable
-	unsynced  bool    // data, ext or size changed since the last Sync
-	onDisk    extents // ranges the map file on disk claims
-	diskGen   uint64  // gen that the map on disk records; 0 if none matches
-	mapOnDisk bool    // a map file exists on disk
+	mu      sync.Mutex
+	ext     extents // present ranges, all inside [0, size)
+	size    int64   // logical size as the tier knows it
+	present int64   // ext.total()
+	gen     uint64  // bumped on every change of ext or size
+	onDisk  extents // ranges the map file on disk claims
+	diskGen uint64  // gen that the map on disk records; 0 if none matches
+
+	// The small fields last, packed: a million inodes is a common load.
+	fref    atomic.Bool // clock bit for the descriptor cache
+	isStale atomic.Bool // alloc needs refreshing; guarded by Tier.stale
+	// Guarded by mu.
+	epoch uint32 // new (from Tier.epochs) when the content is replaced: Create, Reset, new state
+	cuts  uint32 // bumped when bytes are dropped (Truncate down, Punch)
+	syncs uint32 // bumped by every Sync that made the inode durable
+	// dead is set, with life held exclusively, once this struct is no longer
+	// the inode's state; holders of life must re-look the inode up.
+	dead      bool
+	inRing    bool // guarded by Tier.fds.mu
+	unsynced  bool // data, ext or size changed since the last Sync (mu)
+	mapOnDisk bool // a map file exists on disk (mu)
 }
 
 // Open opens (creating if needed) the tier in dir and reloads the state a
