@@ -13,11 +13,16 @@ import "context"
 // remembered just after it still loses the race; the window is the time
 // between the two.
 
-// frontRefs is what FS.refs keeps per inode.
-type frontRefs struct {
-	n       uint64 // references the front ends hold
-	reclaim bool   // the inode lost its last name meanwhile: reclaim at the last Forget
-}
+// frontRefs is what FS.refs keeps per inode, in one word: a mount that has
+// listed a million files holds a million of them. The low 63 bits count the
+// references the front ends hold; the top bit says the inode lost its last
+// name meanwhile, to be reclaimed at the last Forget.
+type frontRefs uint64
+
+const reclaimBit = frontRefs(1) << 63
+
+func (r frontRefs) count() uint64 { return uint64(r &^ reclaimBit) }
+func (r frontRefs) reclaim() bool { return r&reclaimBit != 0 }
 
 // Remember records one more front-end reference to ino (a FUSE entry
 // reply: lookup, create, mknod, mkdir, symlink, link, readdirplus).
@@ -26,9 +31,7 @@ func (fs *FS) Remember(ino Ino) {
 	if fs.refs == nil {
 		fs.refs = map[Ino]frontRefs{}
 	}
-	r := fs.refs[ino]
-	r.n++
-	fs.refs[ino] = r
+	fs.refs[ino]++
 	fs.mu.Unlock()
 }
 
@@ -38,14 +41,14 @@ func (fs *FS) Remember(ino Ino) {
 func (fs *FS) Forget(ctx context.Context, ino Ino, n uint64) {
 	fs.mu.Lock()
 	r := fs.refs[ino]
-	r.n -= min(n, r.n)
-	if r.n > 0 {
-		fs.refs[ino] = r
+	left := r.count() - min(n, r.count())
+	if left > 0 {
+		fs.refs[ino] = r&reclaimBit | frontRefs(left)
 	} else {
 		delete(fs.refs, ino)
 	}
 	fs.mu.Unlock()
-	if r.n > 0 || !r.reclaim {
+	if left > 0 || !r.reclaim() {
 		return
 	}
 	if in, err := fs.meta.Get(ctx, ino); err == nil {
@@ -60,8 +63,7 @@ func (fs *FS) reclaimLater(ino Ino) bool {
 	defer fs.mu.Unlock()
 	r, ok := fs.refs[ino]
 	if ok {
-		r.reclaim = true
-		fs.refs[ino] = r
+		fs.refs[ino] = r | reclaimBit
 	}
 	return ok || fs.opens[ino] > 0
 }
