@@ -52,7 +52,7 @@ type sizes struct {
 }
 
 var (
-	fullSizes  = sizes{512 << 20, 50, 200, 2000, 1000, 1000, 256 << 20, 10 * time.Second, 100_000, 1_000_000}
+	fullSizes  = sizes{512 << 20, 50, 200, 2000, 1000, 1000, 256 << 20, 5 * time.Second, 100_000, 1_000_000}
 	quickSizes = sizes{128 << 20, 10, 50, 500, 300, 300, 64 << 20, 2 * time.Second, 20_000, 200_000}
 )
 
@@ -62,7 +62,10 @@ type suite struct {
 	quick         bool
 	skipPeers     bool
 	only          map[int]bool
+	runs          int           // measurements of each target in the repeated workloads
 	timeout       time.Duration // per peer measurement of the slow metadata workloads
+	bigDirTimeout time.Duration // per peer measurement of workload 8
+	current       workload      // the workload running
 
 	eng      *engine.Engine // the main engine; it runs the embedded store
 	targets  []*target
@@ -84,13 +87,18 @@ func main() {
 	flag.StringVar(&s.Out, "out", "bench/results", "directory for the Markdown, JSON and profiles")
 	bigDir := flag.Int("bigdir", 0, "objects in workload 8's directory (default 100,000; 20,000 with -quick)")
 	entries := flag.Int("entries", 0, "namespace entries of workload 9 (default 1,000,000; 200,000 with -quick)")
-	flag.DurationVar(&s.timeout, "peer-timeout", 60*time.Second, "bound on one peer measurement of workloads 4, 5, 6 and 8")
+	runs := flag.Int("runs", 0, "measurements of each target in workloads 2, 4, 5 and 6, the figure being their median (default 3; 1 with -quick)")
+	flag.DurationVar(&s.timeout, "peer-timeout", 60*time.Second, "bound on one peer measurement of workloads 4, 5 and 6")
+	flag.DurationVar(&s.bigDirTimeout, "bigdir-timeout", 20*time.Second, "bound on one peer measurement of workload 8")
 	flag.Parse()
-	s.sz = fullSizes
+	s.sz, s.runs = fullSizes, 3
 	if s.quick {
-		s.sz = quickSizes
+		s.sz, s.runs = quickSizes, 1
 	}
-	s.sz.bigDir, s.sz.entries = cmpOr(*bigDir, s.sz.bigDir), cmpOr(*entries, s.sz.entries)
+	s.sz.bigDir, s.sz.entries, s.runs = cmpOr(*bigDir, s.sz.bigDir), cmpOr(*entries, s.sz.entries), cmpOr(*runs, s.runs)
+	if s.runs < 1 {
+		s.Exit(2, fmt.Errorf("bad -runs %d", s.runs))
+	}
 	if *only != "" {
 		s.only = map[int]bool{}
 		for _, w := range strings.Split(*only, ",") {
@@ -114,7 +122,8 @@ func (s *suite) run() (err error) {
 	s.pattern = benchkit.NewPattern()
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("%d CPUs, %s; one process runs the embedded store, the bucketfs engine, its FUSE and NFS servers, the loopback file system and the measuring client; s3fs, rclone and fio are child processes", runtime.NumCPU(), runtime.Version()),
-		fmt.Sprintf("export delay %v: bucketfs uploads nothing during a measurement; one run each, so expect tens of percent of noise", exportDelay),
+		fmt.Sprintf("export delay %v: bucketfs uploads nothing during a measurement", exportDelay),
+		s.runsNote(),
 		"ratios are speeds: above 1 is faster than the reference (rates divided, times inverted)")
 	if s.quick {
 		s.Notes = append(s.Notes, "-quick: reduced sizes (see the config in the JSON); workload 8 uses "+strconv.Itoa(s.sz.bigDir)+" objects, workload 9 "+strconv.Itoa(s.sz.entries)+" entries")
@@ -122,11 +131,13 @@ func (s *suite) run() (err error) {
 	if err := s.setup(); err != nil {
 		return err
 	}
+	var took []string
 	for _, w := range workloads {
 		if s.only != nil && !s.only[w.n] {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "== workload %d: %s\n", w.n, w.name)
+		s.current = w
 		t0 := time.Now()
 		if err := w.run(s); err != nil {
 			if s.Ctx.Err() != nil {
@@ -136,9 +147,30 @@ func (s *suite) run() (err error) {
 			fmt.Fprintf(os.Stderr, "suite: workload %d: %v\n", w.n, err)
 		}
 		fmt.Fprintf(os.Stderr, "   (%.1f s)\n", time.Since(t0).Seconds())
+		took = append(took, fmt.Sprintf("%d: %.0f s", w.n, time.Since(t0).Seconds()))
 	}
-	s.Note("the suite took %.0f s", time.Since(start).Seconds())
+	for _, t := range s.targets {
+		if t.pending != nil {
+			s.Note("%s: %.0f s in all waiting after its measurements for its background work to finish (counted in no figure)", t.name, t.settled.Seconds())
+		}
+	}
+	s.Note("the suite took %.0f s (workload %s)", time.Since(start).Seconds(), strings.Join(took, ", "))
 	return s.report()
+}
+
+// runsNote says which figures are medians of how many runs.
+func (s *suite) runsNote() string {
+	if s.runs == 1 {
+		return "one run each, so expect tens of percent of noise"
+	}
+	var rep []string
+	for _, w := range workloads {
+		if w.repeat {
+			rep = append(rep, strconv.Itoa(w.n))
+		}
+	}
+	return fmt.Sprintf("workloads %s: each figure is the median of %d runs, the targets measured in turn (run 1 of each, then run 2 ...), each run from a fresh directory or object; every run's value is in the JSON (runs). The other workloads are one run each. Expect tens of percent of noise between runs",
+		strings.Join(rep, ", "), s.runs)
 }
 
 func cmpOr(a, b int) int {

@@ -6,7 +6,11 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,26 +42,22 @@ func (s *suite) peers() {
 	s.Defer(c.Close)
 	for _, p := range []struct {
 		name, pkg string
-		mount     func(mnt string) (*exec.Cmd, error)
+		mount     func(mnt string, t *target) (*exec.Cmd, error) // also sets t's hooks
 	}{{tS3fs, "s3fs", s.s3fs}, {tRclone, "rclone", s.rclone}} {
 		mnt := filepath.Join(s.Base, p.pkg)
-		var cmd *exec.Cmd
+		dir := filepath.Join(mnt, p.pkg) // the work area
+		t := &target{name: p.name, fs: dirFS(dir), dir: dir, bucket: c, prefix: p.pkg + "/"}
 		err := s.install(p.pkg, p.pkg)
 		if err == nil {
-			cmd, err = s.startPeer(p.name, mnt, p.mount)
+			err = s.startPeer(p.name, mnt, func(mnt string) (*exec.Cmd, error) { return p.mount(mnt, t) })
 		}
 		if err == nil {
-			err = os.Mkdir(filepath.Join(mnt, p.pkg), 0o755) // the work area
+			err = os.Mkdir(dir, 0o755)
 		}
 		if err != nil {
 			s.Note("%s not measured: %v", p.name, err)
 			fmt.Fprintf(os.Stderr, "suite: %s not measured: %v\n", p.name, err)
 			continue
-		}
-		dir := filepath.Join(mnt, p.pkg)
-		t := &target{name: p.name, fs: dirFS(dir), dir: dir, bucket: c, prefix: p.pkg + "/"}
-		if p.name == tRclone {
-			t.refresh = func() { cmd.Process.Signal(syscall.SIGHUP) }
 		}
 		s.targets = append(s.targets, t)
 	}
@@ -96,19 +96,19 @@ func (s *suite) install(bin, pkg string) error {
 // startPeer starts a peer's foreground mount process on the new directory
 // mnt and waits up to 20 s for the mount to appear. Stopping it (a
 // cleanup) unmounts mnt and waits for the process.
-func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, error)) (*exec.Cmd, error) {
+func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, error)) error {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	cmd, err := mount(mnt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	log := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's SIGINT is ours to pass on
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
@@ -129,23 +129,24 @@ func (s *suite) startPeer(name, mnt string, mount func(mnt string) (*exec.Cmd, e
 	for deadline := time.Now().Add(20 * time.Second); !mounted(mnt); {
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("%s exited at start (%v): %s", cmd.Path, cmd.ProcessState, lastLines(log.String(), 5))
+			return fmt.Errorf("%s exited at start (%v): %s", cmd.Path, cmd.ProcessState, lastLines(log.String(), 5))
 		case <-s.Ctx.Done():
-			return nil, s.Ctx.Err()
+			return s.Ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s did not mount within 20 s: %s", cmd.Path, lastLines(log.String(), 5))
+			return fmt.Errorf("%s did not mount within 20 s: %s", cmd.Path, lastLines(log.String(), 5))
 		}
 	}
 	v, _ := exec.Command(cmd.Path, "--version").CombinedOutput()
 	s.Note("%s: %s: %s", name, firstLine(string(v)), strings.Join(cmd.Args, " "))
-	return cmd, nil
+	return nil
 }
 
 // s3fs mounts the peer bucket with s3fs in the foreground, path-style on
-// the store's plain-HTTP endpoint, signing for its region.
-func (s *suite) s3fs(mnt string) (*exec.Cmd, error) {
+// the store's plain-HTTP endpoint, signing for its region. It writes an
+// object on close, so it leaves no work behind a measurement.
+func (s *suite) s3fs(mnt string, _ *target) (*exec.Cmd, error) {
 	st := s.eng.Store
 	passwd := filepath.Join(s.Base, "s3fs.passwd")
 	if err := os.WriteFile(passwd, []byte(st.AccessKey+":"+st.SecretKey+"\n"), 0o600); err != nil {
@@ -159,17 +160,66 @@ func (s *suite) s3fs(mnt string) (*exec.Cmd, error) {
 // rclone mounts the peer bucket with rclone's full VFS cache (in the
 // temporary directory), its S3 remote configured through the environment.
 // Objects PUT through S3 show in the mount only after its directory cache
-// (5 min) expires, so the suite sends it SIGHUP (flush the directory
-// caches) before it waits for them, as a user would.
-func (s *suite) rclone(mnt string) (*exec.Cmd, error) {
+// (5 min) expires, so t.refresh sends it SIGHUP (flush the directory
+// caches) before the suite waits for them, as a user would. It uploads a
+// written file 5 s after its close (--vfs-write-back), in the background:
+// t.pending asks its remote control (on a free loopback port) how many
+// uploads are queued or running, so that they do not run during another
+// target's measurement.
+func (s *suite) rclone(mnt string, t *target) (*exec.Cmd, error) {
 	st := s.eng.Store
+	rc, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command("rclone", "mount", "peer:"+peerBucket, mnt,
-		"--vfs-cache-mode", "full", "--cache-dir", filepath.Join(s.Base, "rclone-cache"))
+		"--vfs-cache-mode", "full", "--cache-dir", filepath.Join(s.Base, "rclone-cache"),
+		"--rc", "--rc-addr", rc, "--rc-no-auth")
 	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null",
 		"RCLONE_CONFIG_PEER_TYPE=s3", "RCLONE_CONFIG_PEER_PROVIDER=Other", "RCLONE_CONFIG_PEER_ENDPOINT="+st.Endpoint,
 		"RCLONE_CONFIG_PEER_ACCESS_KEY_ID="+st.AccessKey, "RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY="+st.SecretKey,
 		"RCLONE_CONFIG_PEER_REGION="+st.Region, "RCLONE_CONFIG_PEER_FORCE_PATH_STYLE=true")
+	t.refresh = func() { cmd.Process.Signal(syscall.SIGHUP) }
+	t.pending = func() (int, error) { return rcloneUploads(s.Ctx, rc) }
 	return cmd, nil
+}
+
+// rcloneUploads returns the uploads that rclone's VFS cache has in
+// progress or queued (queued includes those waiting out the write-back
+// delay), from its remote control at addr.
+func rcloneUploads(ctx context.Context, addr string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/vfs/stats", strings.NewReader("{}"))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var stats struct {
+		DiskCache *struct {
+			UploadsInProgress int `json:"uploadsInProgress"`
+			UploadsQueued     int `json:"uploadsQueued"`
+		} `json:"diskCache"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil || resp.StatusCode != http.StatusOK || stats.DiskCache == nil {
+		return 0, fmt.Errorf("vfs/stats: %s, %v", resp.Status, err)
+	}
+	return stats.DiskCache.UploadsInProgress + stats.DiskCache.UploadsQueued, nil
+}
+
+// freeAddr returns a loopback address with a port free at the moment.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // mounted reports whether mnt is a mount point.

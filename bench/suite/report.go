@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -16,14 +17,15 @@ import (
 
 // result is one row: a metric of a workload, measured on some targets.
 type result struct {
-	Workload int                `json:"workload"`
-	Metric   string             `json:"metric"`
-	Unit     string             `json:"unit"`
-	Higher   bool               `json:"higher_is_better"`
-	Read     bool               `json:"read"` // also compared with the raw store
-	Value    map[string]float64 `json:"value"`
-	Missing  map[string]string  `json:"missing,omitempty"` // target: why there is no value
-	Ratios   map[string]string  `json:"ratios,omitempty"`  // target: speed ratios, filled by report
+	Workload int                  `json:"workload"`
+	Metric   string               `json:"metric"`
+	Unit     string               `json:"unit"`
+	Higher   bool                 `json:"higher_is_better"`
+	Read     bool                 `json:"read"`              // also compared with the raw store
+	Value    map[string]float64   `json:"value"`             // target: the median of its runs
+	Runs     map[string][]float64 `json:"runs"`              // target: the value of every run, in order
+	Missing  map[string]string    `json:"missing,omitempty"` // target: why there is no value
+	Ratios   map[string]string    `json:"ratios,omitempty"`  // target: speed ratios, filled by report
 }
 
 // row returns the result for metric of workload w, making it if needed.
@@ -33,15 +35,28 @@ func (s *suite) row(w int, metric, unit string, higher bool) *result {
 			return r
 		}
 	}
-	r := &result{Workload: w, Metric: metric, Unit: unit, Higher: higher, Value: map[string]float64{}, Missing: map[string]string{}}
+	r := &result{Workload: w, Metric: metric, Unit: unit, Higher: higher,
+		Value: map[string]float64{}, Runs: map[string][]float64{}, Missing: map[string]string{}}
 	s.results = append(s.results, r)
 	return r
 }
 
-func (r *result) set(target string, v float64) *result {
-	r.Value[target] = v
+// set records v as the value of target's next run; the figure is the
+// median of its runs so far.
+func (r *result) set(target string, v float64) {
+	r.Runs[target] = append(r.Runs[target], v)
+	r.Value[target] = median(r.Runs[target])
 	fmt.Fprintf(os.Stderr, "   %-38s %-17s %12.4g %s\n", r.Metric, target, v, r.Unit)
-	return r
+}
+
+// median is the middle of v, or the mean of the two middle values.
+func median(v []float64) float64 {
+	v = slices.Sorted(slices.Values(v))
+	m := len(v) / 2
+	if len(v)%2 == 0 {
+		return (v[m-1] + v[m]) / 2
+	}
+	return v[m]
 }
 
 func (r *result) miss(target, why string) {
@@ -143,9 +158,16 @@ func (s *suite) report() error {
 
 	var missing []string
 	for _, r := range s.results {
+		most := 0
+		for _, v := range r.Runs {
+			most = max(most, len(v))
+		}
 		for _, t := range cols {
 			if why, ok := r.Missing[t]; ok {
 				missing = append(missing, fmt.Sprintf("%d %s, %s: %s", r.Workload, r.Metric, t, why))
+			}
+			if n := len(r.Runs[t]); n > 0 && n < most {
+				missing = append(missing, fmt.Sprintf("%d %s, %s: the median of %d runs, not %d", r.Workload, r.Metric, t, n, most))
 			}
 		}
 	}
@@ -168,7 +190,8 @@ func (s *suite) report() error {
 		"config": map[string]any{"quick": s.quick, "seq_bytes": s.sz.seq, "fresh_16mib_files": s.sz.fresh,
 			"small_64kib_files": s.sz.small, "creates": s.sz.creates, "untar_files": s.sz.untar,
 			"rename_files": s.sz.rename, "fio_bytes": s.sz.fioSize, "fio_runtime": s.sz.fioRuntime.String(),
-			"bigdir_objects": s.sz.bigDir, "namespace_entries": s.sz.entries, "peer_timeout": s.timeout.String(),
+			"bigdir_objects": s.sz.bigDir, "namespace_entries": s.sz.entries, "runs": s.runs,
+			"peer_timeout": s.timeout.String(), "bigdir_peer_timeout": s.bigDirTimeout.String(),
 			"io_size": ioSize, "raw_part": partSize, "raw_parallel": rawParallel, "nfs_inflight": nfsInflight,
 			"export_delay": exportDelay.String(), "dir": s.Base, "cpus": runtime.NumCPU(), "go": runtime.Version()}})
 }

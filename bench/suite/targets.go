@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
+	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -50,6 +52,11 @@ type target struct {
 	// refresh, if set, makes the target forget its cached listings
 	// (rclone's SIGHUP), so that objects PUT through S3 show.
 	refresh func()
+	// pending, if set, counts the work the target still does in the
+	// background after a measurement (rclone's uploads of closed files),
+	// which settle waits for.
+	pending func() (int, error)
+	settled time.Duration // spent in settle
 }
 
 func (t *target) refreshCache() {
@@ -61,6 +68,7 @@ func (t *target) refreshCache() {
 
 func (t *target) bucketBacked() bool { return t.bucket != nil && t.fs != nil }
 func (t *target) isBucketfs() bool   { return t.eng != nil }
+func (t *target) isPeer() bool       { return t.name == tS3fs || t.name == tRclone }
 
 func (s *suite) target(name string) *target {
 	for _, t := range s.targets {
@@ -174,18 +182,68 @@ func (s *suite) loopback() (string, error) {
 	return mnt, nil
 }
 
-// measure runs fn as the measuring client (pprof label side=client) and
-// returns its error; a target that fails is noted and left out.
-func (s *suite) measure(fn func() error) (err error) {
-	pprof.Do(s.Ctx, pprof.Labels("side", "client"), func(context.Context) { err = fn() })
-	return err
+// measure runs fn on t as the measuring client (pprof label side=client)
+// after a sync, for a peer with a context bounded by timeout (if not 0),
+// and tells whether that ran out.
+func (s *suite) measure(t *target, timeout time.Duration, fn func(ctx context.Context) error) (timedOut bool, err error) {
+	syscall.Sync()
+	ctx, cancel := s.Ctx, context.CancelFunc(func() {})
+	if timeout > 0 && t.isPeer() {
+		ctx, cancel = context.WithTimeout(s.Ctx, timeout)
+	}
+	defer cancel()
+	pprof.Do(s.Ctx, pprof.Labels("side", "client"), func(context.Context) { err = fn(ctx) })
+	return ctx.Err() != nil && s.Ctx.Err() == nil, err
+}
+
+// settleTimeout bounds one wait for a target's background work.
+const settleTimeout = 120 * time.Second
+
+// settle waits, after a measurement of t (of run, from 0) and outside it,
+// until t has no background work left, so that none of it runs during the
+// next measurement: rclone uploads a file some seconds after its close.
+// The count must be 0 twice in a row, 250 ms apart, since the kernel sends
+// the release of a FUSE file after close returns. After settleTimeout it
+// notes what is left and goes on.
+func (s *suite) settle(t *target, run int) {
+	if t.pending == nil {
+		return
+	}
+	start := time.Now()
+	defer func() {
+		t.settled += time.Since(start)
+		fmt.Fprintf(os.Stderr, "   (%s: %.1f s until idle)\n", t.name, time.Since(start).Seconds())
+	}()
+	for idle := 0; ; {
+		n, err := t.pending()
+		switch {
+		case err != nil:
+			s.Note("%s: could not tell whether it was idle after workload %d run %d; went on: %v", t.name, s.current.n, run+1, err)
+			return
+		case n == 0:
+			idle++
+		default:
+			idle = 0
+		}
+		if idle == 2 {
+			return
+		}
+		if time.Since(start) > settleTimeout {
+			s.Note("%s: still busy (%d pending) %v after workload %d run %d; went on", t.name, n, settleTimeout, s.current.n, run+1)
+			return
+		}
+		select {
+		case <-s.Ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // profile writes CPU and allocation profiles of the whole process while fn
 // runs: name.cpu.pprof, and name.allocs.pprof with name.allocs-base.pprof
 // taken just before (go tool pprof -diff_base).
-func (s *suite) profile(name string, fn func() error) error {
-	stem := filepath.Join(s.Out, fmt.Sprintf("suite-%s-%s", s.Date, name))
+func (s *suite) profile(stem string, fn func() error) error {
 	if err := writeProfile("allocs", stem+".allocs-base.pprof"); err != nil {
 		return err
 	}
@@ -211,10 +269,12 @@ func writeProfile(kind, name string) error {
 	return errors.Join(pprof.Lookup(kind).WriteTo(w, 0), w.Close())
 }
 
-// profileFUSE runs fn, under profile name+"-fuse" if t is bucketfs FUSE.
+// profileFUSE runs fn, under profile name+"-fuse" if t is bucketfs FUSE and
+// an earlier run has not taken that profile already.
 func (s *suite) profileFUSE(t *target, name string, fn func() error) error {
-	if t.name != tFUSE {
+	stem := filepath.Join(s.Out, fmt.Sprintf("suite-%s-%s-fuse", s.Date, name))
+	if t.name != tFUSE || slices.Contains(s.profiles, stem) {
 		return fn()
 	}
-	return s.profile(name+"-fuse", fn)
+	return s.profile(stem, fn)
 }

@@ -20,55 +20,78 @@ import (
 
 	"bucketfs/bench/internal/benchkit"
 	"bucketfs/internal/bucket"
+	"bucketfs/internal/engine"
 )
 
 type workload struct {
-	n    int
-	name string
-	run  func(*suite) error
+	n      int
+	name   string
+	run    func(*suite) error
+	repeat bool // measured -runs times, the figure being the median
 }
 
+// The cheap workloads are repeated; the others cost too much (1: 512 MiB
+// written per target; 3: 4 GiB of fresh objects PUT per run), run long
+// enough to average out on their own (7, 8) or are not a timing (9).
 var workloads = []workload{
-	{1, "sequential write + fsync", (*suite).seqWrite},
-	{2, "cold sequential read of an object PUT through S3", (*suite).coldRead},
-	{3, "fresh 16 MiB and 64 KiB file read latency", (*suite).latency},
-	{4, "create 4 KiB files, ls -l, read them", (*suite).creates},
-	{5, "untar a Go source tree", (*suite).untar},
-	{6, "rename a directory", (*suite).rename},
-	{7, "fio 4 KiB random read and write", (*suite).fio},
-	{8, "ls -l of a big directory of objects", (*suite).bigDir},
-	{9, "RSS holding a big namespace", (*suite).rss},
+	{1, "sequential write + fsync", (*suite).seqWrite, false},
+	{2, "cold sequential read of an object PUT through S3", (*suite).coldRead, true},
+	{3, "fresh 16 MiB and 64 KiB file read latency", (*suite).latency, false},
+	{4, "create 4 KiB files, ls -l, read them", (*suite).creates, true},
+	{5, "untar a Go source tree", (*suite).untar, true},
+	{6, "rename a directory", (*suite).rename, true},
+	{7, "fio 4 KiB random read and write", (*suite).fio, false},
+	{8, "ls -l of a big directory of objects", (*suite).bigDir, false},
+	{9, "RSS holding a big namespace", (*suite).rss, false},
 }
+
+// rounds is how many times each measures every target in the current
+// workload.
+func (s *suite) rounds() int {
+	if s.current.repeat {
+		return s.runs
+	}
+	return 1
+}
+
+// runDir is the work directory of workload w's run (from 0): every run
+// starts afresh in its own.
+func runDir(w, run int) string { return fmt.Sprintf("w%d-run%d", w, run+1) }
 
 // each runs fn for every target that has a file view (and the raw store if
-// raw), one after another, each as the measuring client, after a sync. A
-// target's error is recorded on r (if not nil) and the others go on. Peers
-// get a context bounded by -peer-timeout when bounded is set.
-func (s *suite) each(r *result, raw, bounded bool, fn func(ctx context.Context, t *target) error) error {
-	for _, t := range s.targets {
-		if t.fs == nil && !raw {
-			continue
+// raw), as the measuring client after a sync, rounds() times: run 0 on
+// every target in turn, then run 1, and so on, so that slow drift of the
+// machine hits all targets alike. After each measurement it waits for the
+// target to finish its background work (settle), which no measurement
+// counts. A target's error is recorded on r (if not nil) and the others go
+// on. A peer's measurement gets a context bounded by timeout (if not 0); a
+// peer that timed out, and a target that is skipped, is not measured again.
+func (s *suite) each(r *result, raw bool, timeout time.Duration, fn func(ctx context.Context, t *target, run int) error) error {
+	done := map[*target]bool{} // timed out or skipped
+	for run := range s.rounds() {
+		if s.rounds() > 1 {
+			fmt.Fprintf(os.Stderr, "   run %d of %d\n", run+1, s.rounds())
 		}
-		syscall.Sync()
-		ctx, cancel := s.Ctx, context.CancelFunc(func() {})
-		if bounded && (t.name == tS3fs || t.name == tRclone) {
-			ctx, cancel = context.WithTimeout(s.Ctx, s.timeout)
-		}
-		err := s.measure(func() error { return fn(ctx, t) })
-		timedOut := ctx.Err() != nil && s.Ctx.Err() == nil
-		cancel()
-		switch {
-		case s.Ctx.Err() != nil:
-			return s.Ctx.Err()
-		case errors.Is(err, errSkipped):
-		case err != nil && r != nil:
-			why := err.Error()
-			if timedOut {
-				why = fmt.Sprintf("timeout after %v (%v)", s.timeout, err)
+		for _, t := range s.targets {
+			if (t.fs == nil && !raw) || done[t] {
+				continue
 			}
-			r.miss(t.name, why)
-		case err != nil:
-			s.Note("%s: %v", t.name, err)
+			timedOut, err := s.measure(t, timeout, func(ctx context.Context) error { return fn(ctx, t, run) })
+			done[t] = timedOut || errors.Is(err, errSkipped)
+			switch {
+			case s.Ctx.Err() != nil:
+				return s.Ctx.Err()
+			case errors.Is(err, errSkipped):
+			case err != nil && r != nil:
+				why := err.Error()
+				if timedOut {
+					why = fmt.Sprintf("timeout after %v (%v)", timeout, err)
+				}
+				r.miss(t.name, why)
+			case err != nil:
+				s.Note("%s: %v", t.name, err)
+			}
+			s.settle(t, run)
 		}
 	}
 	return nil
@@ -80,7 +103,7 @@ func seconds(start time.Time) float64 { return time.Since(start).Seconds() }
 // store does one multipart PUT.
 func (s *suite) seqWrite() error {
 	r := s.row(1, "seq write "+human(s.sz.seq)+" + fsync", "MB/s", true)
-	return s.each(r, true, false, func(ctx context.Context, t *target) error {
+	return s.each(r, true, 0, func(ctx context.Context, t *target, _ int) error {
 		start := time.Now()
 		if t.fs == nil {
 			if err := s.putPattern(t.bucket, t.prefix+"w1", s.sz.seq); err != nil {
@@ -108,6 +131,10 @@ func (s *suite) putPattern(c *bucket.Client, key string, size int64) error {
 	_, err := c.PutParts(s.Ctx, key, parts, rawParallel, bucket.PutOptions{})
 	return err
 }
+
+// putters is how many objects or files the workloads' preparation writes
+// at once, to spend less time on what is not measured.
+const putters = 4
 
 // put puts size bytes of the pattern at key with one PutObject.
 func (s *suite) put(c *bucket.Client, key string, size int64) error {
@@ -147,69 +174,70 @@ func mkdirs(fsys fsys, dir string) error {
 	return nil
 }
 
-// getStats returns a function that describes the bucket requests of t's
-// engine since it was called ("" if t is not bucketfs).
-func getStats(t *target) func() string {
-	if t.eng == nil {
+// getStats returns a function that describes the bucket requests of eng
+// since it was called ("" if eng is nil: the target is not bucketfs).
+func getStats(eng *engine.Engine) func() string {
+	if eng == nil {
 		return func() string { return "" }
 	}
-	before := t.eng.Bucket.Stats()
+	before := eng.Bucket.Stats()
 	return func() string {
-		a := t.eng.Bucket.Stats()
+		a := eng.Bucket.Stats()
 		return fmt.Sprintf("%d GETs, %d HEADs, %d LISTs, %s read from the bucket",
 			a.Get-before.Get, a.Head-before.Head, a.List-before.List, human(int64(a.BytesRead-before.BytesRead)))
 	}
 }
 
-// 2: a -size object PUT through S3 (one per bucket-backed target, all put
-// first), read once in 1 MiB reads after dropping caches; local and
-// loopback read a file they wrote; the raw store reads with 8 parallel
-// 8 MiB ranged GETs.
+// 2: a -size object PUT through S3 (one per bucket-backed target and run,
+// put just before its read, so no earlier read can have cached it), read
+// once in 1 MiB reads after dropping caches; local and loopback read a file
+// they wrote; the raw store reads with 8 parallel 8 MiB ranged GETs.
 func (s *suite) coldRead() error {
 	r := s.row(2, "cold seq read "+human(s.sz.seq), "MB/s", true)
 	r.Read = true
-	for _, t := range s.targets {
-		if t.bucket != nil {
-			if err := s.putPattern(t.bucket, t.prefix+"w2/object", s.sz.seq); err != nil {
-				return fmt.Errorf("put %s: %w", t.prefix+"w2/object", err)
-			}
+	return s.each(r, true, 0, func(ctx context.Context, t *target, run int) error {
+		dir := runDir(2, run)
+		name := dir + "/object"
+		if err := s.coldObject(t, dir, name); err != nil {
+			return err
 		}
-	}
-	return s.each(r, true, false, func(ctx context.Context, t *target) error {
-		switch {
-		case t.fs == nil:
-			s.DropCaches()
-			start := time.Now()
-			err := s.check(benchkit.ReaderFunc(func(p []byte, off int64) (int, error) {
-				return t.bucket.ReadAt(s.Ctx, t.prefix+"w2/object", "", p, off)
-			}), s.sz.seq, partSize, rawParallel)
-			if err != nil {
-				return err
-			}
-			r.set(t.name, float64(s.sz.seq)/1e6/seconds(start))
-			return nil
-		case t.bucket != nil:
-			if err := s.waitListed(t, "w2", 1); err != nil {
-				return err
-			}
-		default:
-			if err := errors.Join(t.fs.Mkdir("w2"), s.writeFile(t.fs, "w2/object", s.sz.seq, true)); err != nil {
-				return err
+		read := func() error { return s.readFile(t.fs, name, s.sz.seq) }
+		if t.fs == nil {
+			read = func() error {
+				return s.check(benchkit.ReaderFunc(func(p []byte, off int64) (int, error) {
+					return t.bucket.ReadAt(s.Ctx, t.prefix+name, "", p, off)
+				}), s.sz.seq, partSize, rawParallel)
 			}
 		}
 		s.DropCaches()
-		stats := getStats(t)
+		stats := getStats(t.eng)
 		var start time.Time
-		err := s.profileFUSE(t, "w2-coldread", func() error { start = time.Now(); return s.readFile(t.fs, "w2/object", s.sz.seq) })
+		err := s.profileFUSE(t, "w2-coldread", func() error { start = time.Now(); return read() })
 		if err != nil {
 			return err
 		}
 		r.set(t.name, float64(s.sz.seq)/1e6/seconds(start))
 		if st := stats(); st != "" {
-			s.Note("2: %s cold read: %s", t.name, st)
+			s.Note("2: %s cold read (run %d): %s", t.name, run+1, st)
 		}
 		return nil
 	})
+}
+
+// coldObject makes the -size object or file name, in the new directory dir
+// of t, that workload 2 reads: PUT through S3 (and waited for in the file
+// view), or written in a local directory.
+func (s *suite) coldObject(t *target, dir, name string) error {
+	if t.bucket == nil {
+		return errors.Join(t.fs.Mkdir(dir), s.writeFile(t.fs, name, s.sz.seq, true))
+	}
+	if err := s.putPattern(t.bucket, t.prefix+name, s.sz.seq); err != nil {
+		return fmt.Errorf("put %s: %w", t.prefix+name, err)
+	}
+	if t.fs == nil {
+		return nil
+	}
+	return s.waitListed(t, dir, 1)
 }
 
 // 3: the latency of reading whole files one after another: -fresh 16 MiB
@@ -227,13 +255,14 @@ func (s *suite) latency() error {
 	sets := []set{{"w3/big", s.sz.fresh, 16 << 20, "fresh 16 MiB read"}, {"w3/small", s.sz.small, 64 << 10, "64 KiB read"}}
 	for _, t := range s.targets {
 		for _, st := range sets {
-			for i := range st.n {
-				if t.bucket == nil {
-					break
-				}
-				if err := s.put(t.bucket, fmt.Sprintf("%s%s/f%03d", t.prefix, st.dir, i), st.size); err != nil {
-					return err
-				}
+			if t.bucket == nil {
+				break
+			}
+			err := striped(putters, st.n, func(i int) error {
+				return s.put(t.bucket, fmt.Sprintf("%s%s/f%03d", t.prefix, st.dir, i), st.size)
+			})
+			if err != nil {
+				return err
 			}
 		}
 	}
@@ -249,7 +278,7 @@ func (s *suite) latency() error {
 			}
 		}
 	}
-	return s.each(nil, true, false, func(ctx context.Context, t *target) error {
+	return s.each(nil, true, 0, func(ctx context.Context, t *target, _ int) error {
 		for _, st := range sets {
 			name := func(i int) string { return fmt.Sprintf("%s/f%03d", st.dir, i) }
 			read := func(i int) error { return s.readFile(t.fs, name(i), st.size) }
@@ -322,14 +351,16 @@ func (s *suite) creates() error {
 	rc := s.row(4, fmt.Sprintf("create %d x 4 KiB", n), "files/s", true)
 	rl := s.row(4, fmt.Sprintf("ls -l of those %d", n), "s", false)
 	rr := s.row(4, fmt.Sprintf("read those %d", n), "files/s", true)
-	return s.each(rc, false, true, func(ctx context.Context, t *target) error {
-		if err := t.fs.Mkdir("w4"); err != nil {
+	return s.each(rc, false, s.timeout, func(ctx context.Context, t *target, run int) error {
+		dir := runDir(4, run)
+		name := func(i int) string { return fmt.Sprintf("%s/f%05d", dir, i) }
+		if err := t.fs.Mkdir(dir); err != nil {
 			return err
 		}
 		start := time.Now()
 		err := s.profileFUSE(t, "w4-create", func() error {
 			for i := range n {
-				if err := s.writeSmall(ctx, t.fs, fmt.Sprintf("w4/f%05d", i), 4096); err != nil {
+				if err := s.writeSmall(ctx, t.fs, name(i), 4096); err != nil {
 					return err
 				}
 			}
@@ -340,7 +371,7 @@ func (s *suite) creates() error {
 		}
 		rc.set(t.name, float64(n)/seconds(start))
 		start = time.Now()
-		if got, err := t.fs.List(ctx, "w4"); err != nil || got != n {
+		if got, err := t.fs.List(ctx, dir); err != nil || got != n {
 			rl.miss(t.name, fmt.Sprintf("%d entries, %v", got, err))
 		} else {
 			rl.set(t.name, seconds(start))
@@ -348,7 +379,7 @@ func (s *suite) creates() error {
 		start = time.Now()
 		buf := make([]byte, 4096)
 		for i := range n {
-			if err := s.readSmall(ctx, t.fs, fmt.Sprintf("w4/f%05d", i), buf); err != nil {
+			if err := s.readSmall(ctx, t.fs, name(i), buf); err != nil {
 				rr.miss(t.name, err.Error())
 				return nil
 			}
@@ -400,9 +431,9 @@ func (s *suite) untar() error {
 		return err
 	}
 	r := s.row(5, fmt.Sprintf("untar %d files (%s)", n, human(size)), "s", false)
-	return s.each(r, false, true, func(ctx context.Context, t *target) error {
+	return s.each(r, false, s.timeout, func(ctx context.Context, t *target, run int) error {
 		start := time.Now()
-		if err := s.profileFUSE(t, "w5-untar", func() error { return s.extract(ctx, t.fs, tarball) }); err != nil {
+		if err := s.profileFUSE(t, "w5-untar", func() error { return s.extract(ctx, t.fs, runDir(5, run), tarball) }); err != nil {
 			return err
 		}
 		r.set(t.name, seconds(start))
@@ -468,9 +499,9 @@ func runtimeGOROOT() string {
 	return "/usr/local/go"
 }
 
-// extract unpacks the tar into the new directory w5 of fs.
-func (s *suite) extract(ctx context.Context, fsys fsys, tarball []byte) error {
-	if err := fsys.Mkdir("w5"); err != nil {
+// extract unpacks the tar into the new directory dir of fs.
+func (s *suite) extract(ctx context.Context, fsys fsys, dir string, tarball []byte) error {
+	if err := fsys.Mkdir(dir); err != nil {
 		return err
 	}
 	tr := tar.NewReader(bytes.NewReader(tarball))
@@ -485,7 +516,7 @@ func (s *suite) extract(ctx context.Context, fsys fsys, tarball []byte) error {
 		if err != nil {
 			return err
 		}
-		name := path.Join("w5", hdr.Name)
+		name := path.Join(dir, hdr.Name)
 		if hdr.Typeflag == tar.TypeDir {
 			if err := mkdirs(fsys, strings.TrimSuffix(name, "/")); err != nil {
 				return err
@@ -509,22 +540,23 @@ func (s *suite) extract(ctx context.Context, fsys fsys, tarball []byte) error {
 	}
 }
 
-// 6: the time of one rename of a directory holding -rename empty files.
+// 6: the time of one rename of a directory holding -rename empty files
+// (made putters at a time: that is not measured).
 func (s *suite) rename() error {
 	n := s.sz.rename
 	r := s.row(6, fmt.Sprintf("rename dir of %d files", n), "ms", false)
-	return s.each(r, false, true, func(ctx context.Context, t *target) error {
-		if err := errors.Join(t.fs.Mkdir("w6"), t.fs.Mkdir("w6/a")); err != nil {
+	return s.each(r, false, s.timeout, func(ctx context.Context, t *target, run int) error {
+		dir := runDir(6, run)
+		if err := errors.Join(t.fs.Mkdir(dir), t.fs.Mkdir(dir+"/a")); err != nil {
 			return err
 		}
-		for i := range n {
-			if err := s.writeSmall(ctx, t.fs, fmt.Sprintf("w6/a/f%05d", i), 0); err != nil {
-				return err
-			}
+		err := striped(putters, n, func(i int) error { return s.writeSmall(ctx, t.fs, fmt.Sprintf("%s/a/f%05d", dir, i), 0) })
+		if err != nil {
+			return err
 		}
 		syscall.Sync()
 		start := time.Now()
-		if err := t.fs.Rename("w6/a", "w6/b"); err != nil {
+		if err := t.fs.Rename(dir+"/a", dir+"/b"); err != nil {
 			return err
 		}
 		r.set(t.name, seconds(start)*1e3)
