@@ -32,7 +32,7 @@ func (s *suite) fio() error {
 	if err := s.install("fio", "fio"); err != nil {
 		return err
 	}
-	s.Note("7: fio --ioengine=psync --direct=0 --invalidate=0 --bs=4k --size=%s --runtime=%v --time_based, one file shared by the jobs, written by the suite in 1 MiB writes before the first (random read) run; a peer is left to finish its uploads before each job; reads are warm where the page cache keeps the file", human(s.sz.fioSize), s.sz.fioRuntime)
+	s.Note("7: fio --ioengine=psync --direct=0 --invalidate=0 --bs=4k --size=%s --runtime=%v --time_based, one file shared by the jobs, written by the suite in 1 MiB writes before the first (random read) run; a peer is left to finish uploading that file before its first job (not between its own jobs); reads are warm where the page cache keeps the file", human(s.sz.fioSize), s.sz.fioRuntime)
 	type job struct {
 		rw   string
 		jobs int
@@ -51,8 +51,11 @@ func (s *suite) fio() error {
 		if err := errors.Join(t.fs.Mkdir("w7"), s.writeFile(t.fs, "w7/file", s.sz.fioSize, false)); err != nil {
 			return err
 		}
+		// A peer uploads the file the suite wrote before its first job; its
+		// later jobs run beside the uploads of its own earlier writes, as
+		// they would for a user (the suite settles it before the next target).
+		s.settle(t, 0)
 		for i, j := range jobs {
-			s.settle(t, 0) // a peer uploads what the suite or the last job wrote
 			var iops float64
 			err := s.profileFUSE(t, fmt.Sprintf("w7-%s-%d", j.rw, j.jobs), func() (err error) {
 				iops, err = s.runFio(filepath.Join(t.dir, "w7"), j.rw, j.jobs)
