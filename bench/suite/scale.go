@@ -119,7 +119,10 @@ func (s *suite) bigDir() error {
 	if err := s.makeBigDirs(n); err != nil {
 		return err
 	}
-	return s.each(rf, false, s.bigDirTimeout, func(ctx context.Context, t *target, _ int) error {
+	return s.each(rf, true, s.bigDirTimeout, func(ctx context.Context, t *target, _ int) error {
+		if t.fs == nil {
+			return s.rawListing(ctx, t, rf, n)
+		}
 		_, fs, dir := s.bigDirPlace(t)
 		var eng *engine.Engine // a fresh bucketfs engine, for its bucket requests
 		if t.isBucketfs() {
@@ -155,6 +158,39 @@ func (s *suite) bigDir() error {
 		}
 		return nil
 	})
+}
+
+// rawListing is the store's share of a first ls -l: what bucketfs asks of
+// it, with the same client, and nothing else: every LIST page of bucketfs's
+// copy of the directory, one after another, and a HEAD of each object, 32
+// at a time, as the importer does.
+func (s *suite) rawListing(ctx context.Context, t *target, r *result, n int) error {
+	const prefix, heads = "w8/w8/", 32
+	start := time.Now()
+	keys, token := 0, ""
+	for {
+		page, err := t.bucket.List(ctx, prefix, token, 1000)
+		if err != nil {
+			return err
+		}
+		objs := page.Objects
+		if err := striped(heads, len(objs), func(i int) error {
+			_, err := t.bucket.Head(ctx, objs[i].Key, "")
+			return err
+		}); err != nil {
+			return err
+		}
+		keys += len(objs)
+		if !page.Truncated || page.NextToken == "" {
+			break
+		}
+		token = page.NextToken
+	}
+	if keys != n {
+		return fmt.Errorf("listed %d objects, want %d", keys, n)
+	}
+	r.set(t.name, seconds(start))
+	return nil
 }
 
 // bigDirPlace says where workload 8's directory for t is made (src, in
