@@ -24,7 +24,9 @@ type tierFile struct {
 	ino uint64
 }
 
-func (f tierFile) ReadAt(p []byte, off int64) (int, error)  { return f.tr.ReadAt(f.ino, p, off) }
+func (f tierFile) ReadAt(p []byte, off int64) (int, error) {
+	return f.tr.ReadAt(f.ino, f.tr.Epoch(f.ino), p, off)
+}
 func (f tierFile) WriteAt(p []byte, off int64) (int, error) { return f.tr.WriteAt(f.ino, p, off) }
 
 // benchTargets returns a tier inode and a plain file, each benchFileSize

@@ -12,19 +12,11 @@ import (
 // the range is present (see Missing); holes read as zeros. As with
 // os.File.ReadAt, a read that reaches the end of the data file returns the
 // bytes read and a bare io.EOF. An inode without state fails with ErrNoState.
-func (t *Tier) ReadAt(ino uint64, p []byte, off int64) (int, error) {
-	n, err := t.shared(ino)
-	if err != nil {
-		return 0, opErr("read", ino, err)
-	}
-	defer n.life.RUnlock()
-	return t.readShared(n, p, off)
-}
-
-// ReadCurrent is ReadAt for a reader that took Epoch before it looked at
-// which content to expect: if the content was replaced since, it reads
+//
+// epoch is what Epoch returned before the caller looked at which content to
+// expect (as for Fill): if the content was replaced since, ReadAt reads
 // nothing and returns an error wrapping ErrStale.
-func (t *Tier) ReadCurrent(ino, epoch uint64, p []byte, off int64) (int, error) {
+func (t *Tier) ReadAt(ino, epoch uint64, p []byte, off int64) (int, error) {
 	n, err := t.shared(ino)
 	if err != nil {
 		return 0, opErr("read", ino, err)
@@ -91,7 +83,7 @@ func (t *Tier) writeShared(n *inode, p []byte, off int64) (int, error) {
 	return c, nil
 }
 
-// Epoch returns the version of ino's content for Fill: take it before
+// Epoch returns the version of ino's content for Fill and ReadAt: take it before
 // reading which object version the file shows, fetch, and pass it to Fill,
 // which refuses the bytes if the content was replaced meanwhile.
 func (t *Tier) Epoch(ino uint64) uint64 {

@@ -61,7 +61,7 @@ func mustWrite(t testing.TB, tr *Tier, ino uint64, p []byte, off int64) {
 func mustRead(t testing.TB, tr *Tier, ino uint64, off int64, n int) []byte {
 	t.Helper()
 	p := make([]byte, n)
-	if c, err := tr.ReadAt(ino, p, off); err != nil || c != n {
+	if c, err := tr.ReadAt(ino, tr.Epoch(ino), p, off); err != nil || c != n {
 		t.Fatalf("ReadAt(%d, %d bytes, %d) = %d, %v", ino, n, off, c, err)
 	}
 	return p
@@ -507,7 +507,7 @@ func TestRemoveDeletesDataAndMap(t *testing.T) {
 	if _, ok := tr.Present(1); ok {
 		t.Error("Present reports state after Remove")
 	}
-	if _, err := tr.ReadAt(1, make([]byte, 1), 0); !errors.Is(err, ErrNoState) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := tr.ReadAt(1, tr.Epoch(1), make([]byte, 1), 0); !errors.Is(err, ErrNoState) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadAt after Remove: %v, want ErrNoState", err)
 	}
 	if err := tr.Remove(1); err != nil {
@@ -522,7 +522,7 @@ func TestOperationsOnAnInodeWithoutStateFail(t *testing.T) {
 	tr := openTier(t, t.TempDir(), Options{})
 	p := make([]byte, 10)
 	ops := map[string]func() error{
-		"ReadAt":   func() error { _, err := tr.ReadAt(5, p, 0); return err },
+		"ReadAt":   func() error { _, err := tr.ReadAt(5, tr.Epoch(5), p, 0); return err },
 		"WriteAt":  func() error { _, err := tr.WriteAt(5, p, 0); return err },
 		"Fill":     func() error { return tr.Fill(5, tr.Epoch(5), p, 0) },
 		"Truncate": func() error { return tr.Truncate(5, 10) },
@@ -716,7 +716,7 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 						return
 					}
 					p := make([]byte, blk)
-					if _, err := tr.ReadAt(target.ino, p, target.off); err != nil {
+					if _, err := tr.ReadAt(target.ino, tr.Epoch(target.ino), p, target.off); err != nil {
 						t.Error(err)
 						return
 					}
@@ -750,7 +750,7 @@ func TestReadAtPastTheEndReturnsEOF(t *testing.T) {
 	}
 	mustWrite(t, tr, 1, []byte("abc"), 0)
 	p := make([]byte, 10)
-	n, err := tr.ReadAt(1, p, 0)
+	n, err := tr.ReadAt(1, tr.Epoch(1), p, 0)
 	if n != 3 || err != io.EOF {
 		t.Errorf("ReadAt = %d, %v; want 3, io.EOF", n, err)
 	}
@@ -988,7 +988,7 @@ func TestCheckpointNeverUndoesASyncAfterItsSnapshot(t *testing.T) {
 	mustPresent(t, tr2, 1, 150)
 }
 
-func TestReadCurrentRefusesContentReplacedSinceItsEpoch(t *testing.T) {
+func TestReadAtRefusesContentReplacedSinceItsEpoch(t *testing.T) {
 	tr := openTier(t, t.TempDir(), Options{})
 	if err := tr.Create(1, 0); err != nil {
 		t.Fatal(err)
@@ -996,13 +996,13 @@ func TestReadCurrentRefusesContentReplacedSinceItsEpoch(t *testing.T) {
 	mustWrite(t, tr, 1, fill('a', 100), 0)
 	epoch := tr.Epoch(1)
 	p := make([]byte, 100)
-	if n, err := tr.ReadCurrent(1, epoch, p, 0); err != nil || n != 100 || !bytes.Equal(p, fill('a', 100)) {
-		t.Fatalf("ReadCurrent = %d, %v", n, err)
+	if n, err := tr.ReadAt(1, epoch, p, 0); err != nil || n != 100 || !bytes.Equal(p, fill('a', 100)) {
+		t.Fatalf("ReadAt = %d, %v", n, err)
 	}
 	if err := tr.Reset(1, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.ReadCurrent(1, epoch, p, 0); !errors.Is(err, ErrStale) {
-		t.Fatalf("ReadCurrent after Reset = %v, want ErrStale", err)
+	if _, err := tr.ReadAt(1, epoch, p, 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("ReadAt after Reset = %v, want ErrStale", err)
 	}
 }

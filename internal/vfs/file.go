@@ -276,7 +276,7 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 	// Tier reads fail with ErrStale if an import replaced the content after
 	// this read looked at the inode, rather than return a mix of versions.
 	epoch := fs.tier.Epoch(ino)
-	readTier := func(p []byte, off int64) (int, error) { return fs.tier.ReadCurrent(ino, epoch, p, off) }
+	readTier := func(p []byte, off int64) (int, error) { return fs.tier.ReadAt(ino, epoch, p, off) }
 	in, err := fs.meta.Get(ctx, h.ino)
 	if err != nil {
 		return 0, 0, err
