@@ -158,12 +158,20 @@ func (fs *FS) prepare(ctx context.Context, in *meta.Inode, h *Handle) error {
 	} else if err := fs.ensureTier(in); err != nil {
 		return err
 	}
-	if !in.Has(meta.Local) && in.Size < fs.cfg.ImportThreshold {
-		// Best effort: a full tier leaves the data in the bucket, and a
-		// version replaced meanwhile is fetched by the reads.
-		if err := fs.fetch(ctx, in, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
-			return err
-		}
+	if in.Has(meta.Local) || in.Size >= fs.cfg.ImportThreshold {
+		return nil
+	}
+	// Copy the small file in. in was read before any epoch was taken: read
+	// it again after, and copy only if it still shows the pinned version.
+	// Best effort: a full tier leaves the data in the bucket, and a version
+	// replaced meanwhile is fetched by the reads.
+	epoch := fs.tier.Epoch(uint64(in.Ino))
+	cur, err := fs.meta.Get(ctx, in.Ino)
+	if err != nil || cur.Base != h.pinned {
+		return err
+	}
+	if err := fs.fetch(ctx, in.Ino, epoch, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
+		return err
 	}
 	return nil
 }
@@ -184,21 +192,12 @@ func (fs *FS) ensureTier(in *meta.Inode) error {
 }
 
 // fetch copies the missing parts of [off, off+n) of the object obj into the
-// tier, without overwriting anything written locally. If the file no
-// longer shows obj (an import of a new version came first, or comes
-// meanwhile), it stores nothing and returns an error wrapping
-// tier.ErrStale: the bytes belong to the old version.
-func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n int64) error {
-	ino := uint64(in.Ino)
-	epoch := fs.tier.Epoch(ino) // before looking at which version is current
-	cur, err := fs.meta.Get(ctx, in.Ino)
-	if err != nil {
-		return err
-	}
-	if cur.Base != obj {
-		return fmt.Errorf("fetch %q: %w", obj.Key, tier.ErrStale)
-	}
-	for _, r := range fs.tier.Missing(ino, off, n) {
+// tier, without overwriting anything written locally. epoch is what
+// tier.Epoch returned before the caller read obj from the inode: if an
+// import of a new version replaces the content meanwhile, nothing is stored
+// and the error wraps tier.ErrStale, as the bytes belong to the old version.
+func (fs *FS) fetch(ctx context.Context, ino Ino, epoch uint64, obj meta.Object, off, n int64) error {
+	for _, r := range fs.tier.Missing(uint64(ino), off, n) {
 		if r.Off >= obj.Size {
 			continue // past the end of the object: local zeros
 		}
@@ -210,7 +209,7 @@ func (fs *FS) fetch(ctx context.Context, in *meta.Inode, obj meta.Object, off, n
 		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == r.Len) {
 			return fmt.Errorf("fetch %q [%d,+%d): %w", obj.Key, r.Off, r.Len, err)
 		}
-		if err := fs.tier.Fill(ino, epoch, buf, r.Off); err != nil {
+		if err := fs.tier.Fill(uint64(ino), epoch, buf, r.Off); err != nil {
 			return err
 		}
 	}
@@ -302,7 +301,7 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 	}
 	if in.Size < fs.cfg.DirectReadSize {
 		// The tier caches the inode's current version: fetch from Base.
-		err := fs.fetch(ctx, &in, in.Base, off, int64(len(p)))
+		err := fs.fetch(ctx, h.ino, epoch, in.Base, off, int64(len(p)))
 		if err == nil {
 			n, err := readTier(p, off)
 			return n, 0, err
