@@ -159,21 +159,12 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	end := off + int64(len(want))
 
-	r.mu.Lock()
-	if r.closed.Load() {
-		r.mu.Unlock()
-		return 0, ErrClosed
+	held, missed, ok, err := r.begin(off, end)
+	if err != nil {
+		return 0, err
 	}
-	held, missed, ok := r.plan(off, end)
-	r.mu.Unlock()
-
-	if missed || !ok {
-		r.misses.Add(1)
-	} else {
-		r.hits.Add(1)
-	}
+	r.count(missed || !ok)
 	var n int
-	var err error
 	if ok {
 		n, err = r.copyOut(ctx, held, want, off)
 	} else {
@@ -197,21 +188,11 @@ func (r *Reader) ReadShared(ctx context.Context, off, n int64) (bufs [][]byte, r
 		return nil, nil, false, fmt.Errorf("readahead: shared read of [%d, %d) outside the object's %d bytes", off, off+n, r.size)
 	}
 	end := off + n
-	r.mu.Lock()
-	if r.closed.Load() {
-		r.mu.Unlock()
-		return nil, nil, false, ErrClosed
+	held, missed, ok, err := r.begin(off, end)
+	if err != nil || !ok {
+		return nil, nil, false, err // not counted: the ReadAt the caller falls back to counts it
 	}
-	held, missed, ok := r.plan(off, end)
-	r.mu.Unlock()
-	if !ok {
-		return nil, nil, false, nil
-	}
-	if missed {
-		r.misses.Add(1)
-	} else {
-		r.hits.Add(1)
-	}
+	r.count(missed)
 	err = r.wait(ctx, held, func(c *chunk) {
 		bufs = append(bufs, c.buf[max(off, c.off)-c.off:min(end, c.end())-c.off])
 	})
@@ -221,6 +202,28 @@ func (r *Reader) ReadShared(ctx context.Context, off, n int64) (bufs [][]byte, r
 	}
 	var once sync.Once
 	return bufs, func() { once.Do(func() { r.unhold(held) }) }, true, nil
+}
+
+// begin plans the read of [off, end) under the lock: the chunks it holds,
+// whether it started a fetch the read needs, and !ok if the range cannot be
+// buffered.
+func (r *Reader) begin(off, end int64) (held []*chunk, missed, ok bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return nil, false, false, ErrClosed
+	}
+	held, missed, ok = r.plan(off, end)
+	return held, missed, ok, nil
+}
+
+// count records a read as a hit or a miss.
+func (r *Reader) count(missed bool) {
+	if missed {
+		r.misses.Add(1)
+	} else {
+		r.hits.Add(1)
+	}
 }
 
 // Close cancels every fetch, waits for their goroutines and frees the
