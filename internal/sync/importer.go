@@ -265,7 +265,7 @@ type pageResult struct {
 // listPages lists prefix page by page into the returned channel, one page
 // ahead of its reader: the next LIST runs while the reader asks for the
 // attributes of the objects on this one. A store's LIST of a big directory
-// can cost as much as those HEADs (versitygw's rereads the directory for
+// can cost as much as those HEADs (versitygw rereads the directory for
 // every page). It stops after the last page, an error, or when ctx ends.
 func (im *Importer) listPages(ctx context.Context, prefix string) <-chan pageResult {
 	out := make(chan pageResult, 1)
