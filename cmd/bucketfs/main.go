@@ -86,7 +86,7 @@ type options struct {
 	stateDir, bucketURL, endpoint                   string
 	exportDelay, pollInterval, revalTTL, checkpoint time.Duration
 	importThreshold, directRead, tierCap            byteSize
-	tierDir, s3Listen, logLevel                     string
+	s3Listen, logLevel                              string
 	metricsListen                                   string
 }
 
@@ -109,7 +109,6 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.exportDelay, "export-delay", 60*time.Second, "quiet period before a changed file is exported")
 	fs.Var(&o.importThreshold, "import-threshold", "files smaller than this are copied into the tier on first access")
 	fs.Var(&o.directRead, "direct-read-size", "files at least this large are streamed from the bucket")
-	fs.StringVar(&o.tierDir, "tier-dir", "", "directory for tier data (default STATE_DIR/tier)")
 	fs.Var(&o.tierCap, "tier-capacity", "tier size limit; clean data beyond it is evicted (0: no limit)")
 	fs.StringVar(&o.s3Listen, "s3-listen", "127.0.0.1:0", "address of the embedded S3 store")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -130,7 +129,7 @@ func orNever(d time.Duration) time.Duration {
 func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 	cfg := engine.Config{StateDir: o.stateDir, Endpoint: o.endpoint, ExportDelay: o.exportDelay,
 		ImportThreshold: int64(o.importThreshold), DirectReadSize: int64(o.directRead),
-		TierDir: o.tierDir, TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
+		TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
 		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
 		MetricsListen: o.metricsListen}
 	if o.bucketURL != "" {

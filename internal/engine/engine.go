@@ -6,12 +6,14 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -24,15 +26,14 @@ import (
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	bsync "bucketfs/internal/sync"
-	"bucketfs/internal/tier"
 	"bucketfs/internal/vfs"
 )
 
 // Config is everything an Engine needs. Zero values take the defaults that
 // the command line documents.
 type Config struct {
-	// StateDir holds metadata, tier data (unless TierDir is set), the lock,
-	// and the embedded store. Required.
+	// StateDir holds the metadata and the tier (file data, in the same
+	// store), the lock, and the embedded store. Required.
 	StateDir string
 	// Bucket is the external bucket ("" runs the embedded store), with an
 	// optional Prefix; Endpoint overrides AWS_ENDPOINT_URL.
@@ -47,8 +48,14 @@ type Config struct {
 	ExportDelay     time.Duration // default 60s
 	ImportThreshold int64         // default 128 KiB
 	DirectReadSize  int64         // default 1 MiB
-	TierDir         string        // default StateDir/tier
-	TierCapacity    int64         // bytes; 0 = no limit
+	// TierCapacity bounds the file data the tier holds (bytes; 0 = no
+	// limit): clean data past it is evicted, and writes that would take the
+	// unexported data past it fail with ENOSPC.
+	TierCapacity int64
+	// DiskReserve is the free space writes leave on the state directory's
+	// disk for exports and the store's own work (default 64 MiB; negative:
+	// none).
+	DiskReserve int64
 	OpTimeout       time.Duration // bound on one bucket operation (default 30s)
 	PartSize        int64         // multipart part size (default 16 MiB)
 
@@ -61,7 +68,7 @@ type Config struct {
 	// RevalidateTTL: an open compares a clean file with the bucket when it
 	// was last compared longer ago (default 5s; negative: never).
 	RevalidateTTL time.Duration
-	// CheckpointInterval is how often the tier and the metadata are made
+	// CheckpointInterval is how often the metadata and file data are made
 	// durable without an fsync from the user (default 5s; negative: never),
 	// bounding what a crash can lose of the writes not yet exported.
 	CheckpointInterval time.Duration
@@ -81,7 +88,6 @@ type Engine struct {
 	Bucket   *bucket.Client
 	KV       kv.Store
 	Meta     *meta.Store
-	Tier     *tier.Tier
 	Importer *bsync.Importer
 	Exporter *bsync.Exporter
 	FS       *vfs.FS
@@ -106,8 +112,8 @@ func (c *Config) defaults() {
 	if c.DirectReadSize == 0 {
 		c.DirectReadSize = 1 << 20
 	}
-	if c.TierDir == "" {
-		c.TierDir = filepath.Join(c.StateDir, "tier")
+	if c.DiskReserve == 0 {
+		c.DiskReserve = 64 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -136,11 +142,6 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	// path absolute first.
 	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
 		return nil, err
-	}
-	if cfg.TierDir != "" {
-		if cfg.TierDir, err = filepath.Abs(cfg.TierDir); err != nil {
-			return nil, err
-		}
 	}
 	cfg.defaults()
 	eng := &Engine{cfg: cfg, log: cfg.Logger}
@@ -184,12 +185,6 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay}); err != nil {
 		return nil, err
 	}
-	if e.Tier, err = tier.Open(cfg.TierDir, tier.Options{Capacity: cfg.TierCapacity}); err != nil {
-		return nil, err
-	}
-	if err := dropUnknownTierState(ctx, e.Meta, e.Tier, e.log); err != nil {
-		return nil, err
-	}
 	supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
 	if err != nil {
 		return nil, err
@@ -199,17 +194,20 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 			"which leaves a short window in which a concurrent S3 write can be overwritten")
 	}
 	locks := bsync.NewInodeLocks()
-	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Tier: e.Tier, Locks: locks, Logger: e.log,
+	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Locks: locks, Logger: e.log,
 		OnChange: func(c bsync.Change) { eng.FS.Changed(c.Parent, c.Name, c.Ino) }})
 	revalidate := cfg.RevalidateTTL
 	if revalidate < 0 {
 		revalidate = 0
 	}
-	e.FS = vfs.New(e.Meta, e.Tier, e.Bucket, e.Importer, vfs.Config{
+	limit := max(cfg.TierCapacity, 0)
+	e.FS = vfs.New(e.Meta, e.Bucket, e.Importer, vfs.Config{
 		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize,
-		RevalidateTTL: revalidate, Logger: e.log})
+		RevalidateTTL: revalidate, Logger: e.log,
+		TierLimits: meta.Limits{Dirty: limit, Total: limit},
+		StateDir:   cfg.StateDir, DiskReserve: max(cfg.DiskReserve, 0)})
 	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
-	e.Exporter = bsync.NewExporter(e.Meta, e.Tier, e.Bucket, e.Importer, bsync.ExporterConfig{
+	e.Exporter = bsync.NewExporter(e.Meta, e.Bucket, e.Importer, bsync.ExporterConfig{
 		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log})
 	return e, nil
 }
@@ -275,62 +273,51 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 	}
 }
 
-// dropUnknownTierState removes the tier's data of inode numbers the
-// metadata has not given out: a crash after the tier made an inode's data
-// durable but before the metadata log did loses the inode, and its number
-// is given out again; the new inode must not find the old one's bytes.
-func dropUnknownTierState(ctx context.Context, m *meta.Store, t *tier.Tier, log *slog.Logger) error {
-	next, err := m.NextIno(ctx)
-	if err != nil {
-		return err
-	}
-	for _, ino := range t.Inodes() {
-		if ino < uint64(next) {
-			continue
-		}
-		log.Warn("dropping tier data of an inode lost in a crash", "ino", ino)
-		if err := t.Remove(ino); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkpoint makes the metadata durable, then the tier's data and maps: a
-// crash then loses at most the writes of the last interval. In this order
-// the tier never holds durable data of an inode the metadata could forget
-// (see dropUnknownTierState); a crash between the two leaves files whose
-// newest bytes read as zeros, as after a crash before an fsync.
-// lastCheckpoint moves only when every changed file was taken in.
+// checkpoint makes everything committed so far durable: the metadata and
+// the file data are one store, so a crash then loses at most the writes of
+// the last interval, and whatever it loses, it loses whole transactions
+// from the end: every file is left in a state it really had.
 func (e *Engine) checkpoint(ctx context.Context) {
 	start := time.Now()
-	merr := e.Meta.Sync(ctx)
-	if merr != nil && ctx.Err() == nil {
-		e.log.Warn("checkpoint the metadata", "err", merr)
+	if err := e.Meta.Sync(ctx); err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("checkpoint", "err", err)
+		}
+		return
 	}
-	_, skipped, terr := e.Tier.Checkpoint()
-	if terr != nil && ctx.Err() == nil {
-		e.log.Warn("checkpoint the tier", "err", terr)
-	}
-	if terr == nil && merr == nil && skipped == 0 {
-		e.lastCheckpoint.Store(start.UnixNano())
-	}
+	e.lastCheckpoint.Store(start.UnixNano())
 }
 
-// evict keeps the tier under its capacity, never touching dirty, open or
-// unexported files.
+// evict keeps the tier under its capacity: it drops the cached data of
+// clean files whose bytes the bucket holds, least recently used first,
+// until the tier is 10% under its capacity. Dirty files, files not open
+// and anything the bucket lacks stay (meta.EvictData checks it again in
+// the transaction that drops the data).
 func (e *Engine) evict(ctx context.Context) {
-	pinned := func(ino uint64) bool {
-		if e.FS.IsOpen(meta.Ino(ino)) {
-			return true
-		}
-		in, err := e.Meta.Get(ctx, meta.Ino(ino))
-		// A file with names but no object (one in lost+found) has its only
-		// copy here, though nothing is left to export.
-		return err != nil || in.Dirty() || in.Has(meta.Local) || len(in.Keys) == 0 && in.Nlink > 0
+	u, err := e.Meta.Usage(ctx)
+	if err != nil || u.Total <= e.cfg.TierCapacity {
+		return
 	}
-	if _, err := e.Tier.Evict(pinned); err != nil {
+	cands, err := e.Meta.Evictable(ctx)
+	if err != nil {
 		e.log.Warn("tier eviction", "err", err)
+		return
+	}
+	slices.SortFunc(cands, func(a, b meta.Cached) int { return cmp.Compare(e.FS.LastUse(a.Ino), e.FS.LastUse(b.Ino)) })
+	over := u.Total - e.cfg.TierCapacity*9/10
+	for _, c := range cands {
+		if over <= 0 || ctx.Err() != nil {
+			return
+		}
+		if e.FS.IsOpen(c.Ino) {
+			continue
+		}
+		freed, err := e.Meta.EvictData(ctx, c.Ino)
+		if err != nil {
+			e.log.Warn("tier eviction", "ino", c.Ino, "err", err)
+			return
+		}
+		over -= freed
 	}
 }
 
@@ -349,9 +336,6 @@ func (e *Engine) Close() error {
 		if err := e.saveStatus(context.Background()); err != nil {
 			e.log.Warn("save status", "err", err)
 		}
-	}
-	if e.Tier != nil {
-		errs = append(errs, e.Tier.Close())
 	}
 	if e.KV != nil {
 		if e.Meta != nil {

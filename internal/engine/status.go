@@ -69,8 +69,6 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 		st.LastCheckpoint = time.Unix(0, ns)
 	}
 	st.Listings = e.Importer.Listings()
-	st.TierBytes = e.Tier.Usage()
-	st.TierCleanBytes = max(st.TierBytes-st.TierDirtyBytes, 0)
 	st.S3 = e.Bucket.Stats()
 	st.Data = e.FS.Stats()
 	return st, nil
@@ -99,7 +97,11 @@ func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *S
 			st.PendingBytes += in.Size
 		}
 	}
-	st.TierDirtyBytes = st.PendingBytes
+	u, err := m.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	st.TierBytes, st.TierDirtyBytes, st.TierCleanBytes = u.Total, u.Dirty, u.Total-u.Dirty
 	if st.LostFound, err = m.LostFoundCount(ctx); err != nil {
 		return err
 	}
@@ -163,6 +165,5 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 	st.Running, st.PID, st.Taken = false, 0, time.Now()
 	st.Listings = nil
 	err = queueFigures(ctx, m, exportDelay, &st)
-	st.TierCleanBytes = max(st.TierBytes-st.TierDirtyBytes, 0)
 	return st, err
 }

@@ -44,6 +44,12 @@ type Txn interface {
 	DeleteRange(lower, upper []byte) error
 }
 
+// Snapshot is a read-only view of one committed state; see Store.Snapshot.
+type Snapshot interface {
+	Reader
+	Close() error
+}
+
 // Store is an ordered transactional key-value store. All methods are safe for
 // concurrent use.
 type Store interface {
@@ -59,6 +65,13 @@ type Store interface {
 
 	// Sync makes every Update committed before the call durable.
 	Sync(ctx context.Context) error
+
+	// Snapshot pins the committed state of this moment for reading over a
+	// longer time than a View should last (the exporter uploads a file's
+	// bytes from one). Unlike a View's Reader, a Snapshot may be used from
+	// several goroutines at once. Close it when done: it holds on to
+	// state that compactions would otherwise free.
+	Snapshot(ctx context.Context) (Snapshot, error)
 
 	// Close releases the store. Calls after Close are not allowed.
 	Close() error

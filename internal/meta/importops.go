@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/tier"
 )
 
 // Resolved is what a bucket key names on the file side.
@@ -143,12 +144,21 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 		in.Mtime, in.Ctime = it.Mtime, s.now().UnixNano()
 		in.Target = it.Target
 		if !in.IsDir() {
+			// The cached bytes belong to the old version, unless the
+			// object is the very version they were cached from.
+			if in.Base.VersionID != it.Obj.VersionID || in.Base.ETag != it.Obj.ETag || in.Base.Key != it.Obj.Key || in.Size != it.Obj.Size {
+				if err := tier.Drop(tx, uint64(in.Ino)); err != nil {
+					return err
+				}
+				in.Cached = 0
+			}
 			in.Size = it.Obj.Size
 			in.Base = it.Obj
-			in.Flags &^= Local | DataDirty
+			in.Backed = in.Size
+			in.Flags &^= DataDirty
 			if in.Type() != syscall.S_IFREG {
 				in.Size = int64(len(in.Target))
-				in.Flags |= Local
+				in.Backed = 0
 			}
 		}
 		oldKeys := append([]Object(nil), in.Keys...)
@@ -192,10 +202,11 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 		}
 	} else {
 		in.Base = it.Obj
+		in.Backed = in.Size
 		in.Keys = []Object{it.Obj}
 		if !in.IsRegular() {
 			in.Size = int64(len(in.Target))
-			in.Flags |= Local
+			in.Backed = 0
 		}
 	}
 	if err := putInode(tx, &in); err != nil {

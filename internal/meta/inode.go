@@ -25,9 +25,9 @@ type Object struct {
 type Flags uint32
 
 const (
-	// Local: every byte of the file is in the tier (it was created on the
-	// file side), so no read ever needs the bucket.
-	Local Flags = 1 << iota
+	// flagRetired was "every byte is in the tier"; Backed says that now
+	// (Backed 0). The bit stays reserved so the others keep their values.
+	flagRetired Flags = 1 << iota
 	// Listed: a directory whose children have all been imported from the
 	// bucket (or that never had a bucket side).
 	Listed
@@ -52,8 +52,16 @@ type Inode struct {
 	// of the last complete export (or import). The inode is dirty while they
 	// differ.
 	Gen, ExportedGen uint64
-	// Base is the object version backing ranges not present in the tier.
+	// Base is the object version whose bytes the file shows wherever the
+	// tier holds nothing below Backed.
 	Base Object
+	// Backed bounds what Base provides: a byte below it that no tier block
+	// holds is Base's byte, one at or past it that no block holds is zero.
+	// Backed <= Size. A file made on the file side has Backed 0; an import
+	// sets it to the object's size, and a truncate lowers it.
+	Backed int64
+	// Cached is how many bytes of the file the tier's blocks hold.
+	Cached int64
 	// Keys are the objects that represent this inode in the bucket, one per
 	// name as last synced.
 	Keys []Object
@@ -74,12 +82,22 @@ func (in *Inode) IsRegular() bool { return in.Type() == syscall.S_IFREG }
 // Dirty reports whether the inode has changes not yet exported.
 func (in *Inode) Dirty() bool { return in.Gen != in.ExportedGen }
 
+// AllLocal reports whether every byte of a regular file is in the tier, so
+// that no read needs the bucket.
+func (in *Inode) AllLocal() bool { return in.Backed == 0 }
+
 // Has reports whether every flag in f is set.
 func (in *Inode) Has(f Flags) bool { return in.Flags&f == f }
 
-const inodeVersion = 1
+// inodeVersion 2 added Backed and Cached, when file data moved into the kv.
+const inodeVersion = 2
 
 var errCorrupt = errors.New("meta: corrupt inode record")
+
+// ErrOldFormat says the namespace was written by a bucketfs that kept file
+// data outside the key-value store; this one cannot read it.
+var ErrOldFormat = errors.New("meta: the state directory was made by an older bucketfs (file data kept in STATE_DIR/tier); " +
+	"run that version once more and `bucketfs flush` to export everything, then start this one on a new state directory")
 
 func (in *Inode) encode(b []byte) []byte {
 	b = append(b, inodeVersion)
@@ -103,6 +121,8 @@ func (in *Inode) encode(b []byte) []byte {
 		b = in.Keys[i].encode(b)
 	}
 	b = appendString(b, in.Source)
+	b = binary.AppendVarint(b, in.Backed)
+	b = binary.AppendVarint(b, in.Cached)
 	return b
 }
 
@@ -169,6 +189,9 @@ func (d *decoder) object() Object {
 }
 
 func decodeInode(b []byte) (Inode, error) {
+	if len(b) > 0 && b[0] == 1 {
+		return Inode{}, ErrOldFormat
+	}
 	if len(b) == 0 || b[0] != inodeVersion {
 		return Inode{}, errCorrupt
 	}
@@ -198,6 +221,8 @@ func decodeInode(b []byte) (Inode, error) {
 		in.Keys = append(in.Keys, d.object())
 	}
 	in.Source = d.string()
+	in.Backed = d.varint()
+	in.Cached = d.varint()
 	if d.err != nil {
 		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)
 	}

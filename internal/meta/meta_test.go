@@ -269,7 +269,7 @@ func TestImportedChildrenDoNotReplaceLocalNames(t *testing.T) {
 
 func TestInodeEncodingRoundTrips(t *testing.T) {
 	in := Inode{Ino: 7, Mode: syscall.S_IFLNK | 0o777, Uid: 1000, Gid: 100, Nlink: 1, Size: -1,
-		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Local | DataDirty,
+		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Listed | DataDirty, Backed: 5, Cached: 4096,
 		Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
 		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/"}
 	out, err := decodeInode(in.encode(nil))
@@ -277,7 +277,8 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out.Target != in.Target || out.Size != in.Size || len(out.Keys) != 2 || out.Keys[1].ETag != "t" ||
-		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime {
+		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime ||
+		out.Backed != in.Backed || out.Cached != in.Cached {
 		t.Fatalf("round trip: %+v", out)
 	}
 	for i := 0; i < len(in.encode(nil)); i++ {

@@ -116,7 +116,7 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 		in.Flags |= Listed
 		p.Nlink++
 	}
-	in.Flags |= Local
+	in.Backed = 0 // nothing of it is in the bucket
 	if !in.Has(NoExport) {
 		in.Gen = 1
 		in.Flags |= DataDirty
@@ -365,22 +365,26 @@ func links(r kv.Reader, ino Ino) (out []Link, err error) {
 // alone.
 func (s *Store) Paths(ctx context.Context, ino Ino) (paths []string, underLostFound []bool, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		paths, underLostFound = nil, nil
-		ls, err := links(r, ino)
-		if err != nil {
-			return err
-		}
-		for _, l := range ls {
-			dir, lf, err := s.dirPath(r, l.Parent)
-			if err != nil {
-				return err
-			}
-			paths = append(paths, dir+l.Name)
-			underLostFound = append(underLostFound, lf)
-		}
-		return nil
+		paths, underLostFound, err = s.paths(r, ino)
+		return err
 	})
 	return paths, underLostFound, err
+}
+
+func (s *Store) paths(r kv.Reader, ino Ino) (paths []string, underLostFound []bool, err error) {
+	ls, err := links(r, ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range ls {
+		dir, lf, err := s.dirPath(r, l.Parent)
+		if err != nil {
+			return nil, nil, err
+		}
+		paths = append(paths, dir+l.Name)
+		underLostFound = append(underLostFound, lf)
+	}
+	return paths, underLostFound, nil
 }
 
 // dirPath returns the path of directory ino with a trailing slash ("" for

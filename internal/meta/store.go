@@ -24,6 +24,8 @@ import (
 //	Q<due><ino>                 the same entries ordered by time
 //	c/queued                    number of q entries
 //	k<object key>               the inode whose Keys hold that object key
+//	b<ino><block index>         a block of file data (package tier)
+//	c/usage                     bytes the blocks hold: in all, of dirty files
 const (
 	pInode = 'i'
 	pEntry = 'd'
@@ -115,7 +117,7 @@ func (s *Store) format(tx kv.Txn) error {
 	if err := putInode(tx, &root); err != nil {
 		return err
 	}
-	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Flags: Local | Listed | NoExport}
+	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Flags: Listed | NoExport}
 	_, err := s.create(tx, RootIno, s.LostFoundName(), lf)
 	return err
 }
@@ -231,7 +233,14 @@ func getInode(r kv.Reader, ino Ino) (Inode, error) {
 	return decodeInode(v)
 }
 
+// putInode writes in, keeping the tier's usage counters in step with what
+// changed of its cached bytes and whether it is dirty.
 func putInode(tx kv.Txn, in *Inode) error {
+	if in.IsRegular() {
+		if err := account(tx, in); err != nil {
+			return err
+		}
+	}
 	return tx.Set(inodeKey(in.Ino), in.encode(nil))
 }
 

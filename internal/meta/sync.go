@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/tier"
 )
 
 // Queued is one inode in the export queue.
@@ -137,8 +138,8 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 	return in, done, nil
 }
 
-// Forget deletes an inode that has no names left: its record, attributes
-// and queue entry. It refuses (EBUSY) an inode that gained a name again.
+// Forget deletes an inode that has no names left: its record, attributes,
+// data and queue entry. It refuses (EBUSY) an inode that gained a name again.
 func (s *Store) Forget(ctx context.Context, ino Ino) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		in, err := getInode(tx, ino)
@@ -152,6 +153,13 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 			return fmt.Errorf("forget inode %d: %w", ino, syscall.EBUSY)
 		}
 		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
+			return err
+		}
+		if err := tier.Drop(tx, uint64(ino)); err != nil {
+			return err
+		}
+		u := usageOf(&in)
+		if err := addUsage(tx, Usage{Total: -u.Total, Dirty: -u.Dirty}); err != nil {
 			return err
 		}
 		if err := tx.Delete(inodeKey(ino)); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	gosync "sync"
 	"sync/atomic"
 	"syscall"
@@ -40,7 +39,6 @@ type ExporterConfig struct {
 // Exporter drains the export queue into the bucket.
 type Exporter struct {
 	meta     *meta.Store
-	tier     *tier.Tier
 	bucket   *bucket.Client
 	importer *Importer
 	cfg      ExporterConfig
@@ -63,7 +61,7 @@ type Exporter struct {
 
 // NewExporter returns an exporter. The importer is used to list a renamed
 // directory's subtree before its objects are moved.
-func NewExporter(m *meta.Store, t *tier.Tier, b *bucket.Client, im *Importer, cfg ExporterConfig) *Exporter {
+func NewExporter(m *meta.Store, b *bucket.Client, im *Importer, cfg ExporterConfig) *Exporter {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
@@ -82,7 +80,7 @@ func NewExporter(m *meta.Store, t *tier.Tier, b *bucket.Client, im *Importer, cf
 	if cfg.Locks == nil {
 		cfg.Locks = NewInodeLocks()
 	}
-	return &Exporter{meta: m, tier: t, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
+	return &Exporter{meta: m, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
 		attempts: map[meta.Ino]int{}, busy: map[meta.Ino]bool{}}
 }
 
@@ -297,11 +295,18 @@ func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
 }
 
 // reconcile makes the bucket match one inode, holding the inode's lock
-// against the importer.
+// against the importer. It works from one snapshot of the namespace and the
+// file data, so that what it uploads (bytes, size, generation, names,
+// attributes) is one state the file had.
 func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	unlock := e.cfg.Locks.Lock(q.Ino)
 	defer unlock()
-	in, err := e.meta.Get(ctx, q.Ino)
+	snap, err := e.meta.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	in, err := snap.Get(q.Ino)
 	if errors.Is(err, syscall.ENOENT) {
 		return e.meta.Forget(ctx, q.Ino)
 	}
@@ -312,7 +317,7 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
 		return err
 	}
-	paths, underLF, err := e.meta.Paths(ctx, in.Ino)
+	paths, underLF, err := snap.Paths(in.Ino)
 	if err != nil {
 		return err
 	}
@@ -329,10 +334,10 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	if in.IsDir() {
 		return e.reconcileDir(ctx, q, &in, want)
 	}
-	return e.reconcileFile(ctx, q, &in, want)
+	return e.reconcileFile(ctx, q, snap, &in, want)
 }
 
-func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.Inode, want []string) error {
+func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.Snapshot, in *meta.Inode, want []string) error {
 	gen := in.Gen
 	have := map[string]meta.Object{}
 	for _, k := range in.Keys {
@@ -346,12 +351,13 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 		case in.Has(meta.DataDirty) || len(in.Keys) == 0:
 			// The object will carry this Gen in its origin tag, and after a
 			// crash an object with the inode's current Gen counts as already
-			// exported: make the Gen durable first, so a crash cannot roll
-			// it back and hand the same number to different bytes.
+			// exported: make the Gen durable first (the snapshot was taken
+			// before this sync, so all of it is), so a crash cannot roll it
+			// back and hand the same number to different bytes.
 			if err := e.meta.Sync(ctx); err != nil {
 				return err
 			}
-			obj, err := e.upload(ctx, in, want[0], have[want[0]])
+			obj, err := e.upload(ctx, snap, in, want[0], have[want[0]])
 			if err != nil {
 				return err
 			}
@@ -426,11 +432,18 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	defer e.revalidateLater(conflicts)
 	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
 		cur.Keys = keep
+		if base == in.Base {
+			return
+		}
+		// The new object holds the snapshot's bytes. Where the file still
+		// shows the old base's bytes (no block, below Backed), the new
+		// object has the same bytes, so it can stand in for the old one
+		// even if the file changed since the snapshot.
 		cur.Base = base
-		if cur.Gen == gen && base.Key != "" {
-			// The bucket now holds every byte: the tier copy is a cache
+		if cur.Gen == gen {
+			// The bucket now holds every byte: the tier's copy is a cache
 			// that eviction may drop.
-			cur.Flags &^= meta.Local
+			cur.Backed = cur.Size
 		}
 	})
 	if err != nil {
@@ -438,9 +451,6 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, in *meta.In
 	}
 	e.exported.Add(1)
 	if done && after.Nlink == 0 && !e.cfg.IsOpen(after.Ino) {
-		if err := e.tier.Remove(uint64(after.Ino)); err != nil {
-			return err
-		}
 		return e.meta.Forget(ctx, after.Ino)
 	}
 	if after.Nlink == 0 && e.cfg.IsOpen(after.Ino) {
@@ -500,7 +510,8 @@ func toObject(o bucket.ObjectInfo, size int64) meta.Object {
 
 // upload writes the whole current content of in to key as one new object
 // version, conditional on old (the version last seen there, if any).
-func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
+// snap is the snapshot in was read from (nil for a directory).
+func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
 	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid())}
 	if old.Key != "" {
 		opt.IfMatch = old.ETag
@@ -515,7 +526,7 @@ func (e *Exporter) upload(ctx context.Context, in *meta.Inode, key string, old m
 		case !in.IsRegular():
 			return e.bucket.Put(ctx, key, bytes.NewReader(nil), 0, opt)
 		}
-		return e.uploadFile(ctx, in, key, opt)
+		return e.uploadFile(ctx, snap, in, key, opt)
 	}
 	info, err := e.recover(ctx, key, in, opt, put)
 	if err != nil {
@@ -583,22 +594,20 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 	return info, err
 }
 
-// uploadFile uploads a snapshot of a regular file: its bytes as they were
-// at one instant, so writes during the upload never mix into the object (a
-// write meanwhile changes the inode's Gen and the file is exported again).
-// Ranges the tier does not hold come from the base version: whole parts by
-// a server-side copy, smaller pieces fetched into the snapshot.
-func (e *Exporter) uploadFile(ctx context.Context, in *meta.Inode, key string, opt bucket.PutOptions) (bucket.ObjectInfo, error) {
-	snap, missing, err := e.tier.Snapshot(uint64(in.Ino), in.Size)
+// uploadFile uploads a regular file as snap holds it, so writes during the
+// upload never mix into the object (a write meanwhile changes the inode's
+// Gen and the file is exported again). Bytes the tier does not hold come
+// from the base version: whole parts by a server-side copy, the rest read
+// from the bucket as the upload goes. Nothing is copied to local disk first,
+// so a full tier never stops an export.
+func (e *Exporter) uploadFile(ctx context.Context, snap *meta.Snapshot, in *meta.Inode, key string, opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+	if in.Size < e.cfg.PartSize {
+		body := &exportBody{ctx: ctx, e: e, snap: snap, in: in, hi: in.Size}
+		return e.bucket.Put(ctx, key, io.NewSectionReader(body, 0, in.Size), in.Size, opt)
+	}
+	missing, err := snap.Missing(in, 0, in.Size)
 	if err != nil {
 		return bucket.ObjectInfo{}, err
-	}
-	defer snap.Close()
-	if in.Size < e.cfg.PartSize {
-		if err := e.fetchInto(ctx, snap, in.Base, missing); err != nil {
-			return bucket.ObjectInfo{}, err
-		}
-		return e.bucket.Put(ctx, key, io.NewSectionReader(snap, 0, in.Size), in.Size, opt)
 	}
 	size := e.cfg.PartSize
 	for in.Size/size >= bucket.MaxParts {
@@ -612,31 +621,83 @@ func (e *Exporter) uploadFile(ctx context.Context, in *meta.Inode, key string, o
 			parts = append(parts, bucket.Part{Off: off, Len: n, CopyKey: in.Base.Key, CopyVersion: in.Base.VersionID, CopyOff: off})
 			continue
 		}
-		if err := e.fetchInto(ctx, snap, in.Base, gaps); err != nil {
-			return bucket.ObjectInfo{}, err
-		}
-		parts = append(parts, bucket.Part{Off: off, Len: n, Src: snap})
+		parts = append(parts, bucket.Part{Off: off, Len: n, Src: &exportBody{ctx: ctx, e: e, snap: snap, in: in, lo: off, hi: off + n}})
 	}
 	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
 }
 
-// fetchInto copies ranges of the base object into the snapshot file.
-// Ranges past the base's end are local zeros already.
-func (e *Exporter) fetchInto(ctx context.Context, snap *os.File, base meta.Object, ranges []tier.Range) error {
-	for _, r := range ranges {
-		if r.Off >= base.Size {
-			continue
-		}
-		l := min(r.Len, base.Size-r.Off)
-		buf := make([]byte, l)
-		got, err := e.bucket.ReadAt(ctx, base.Key, base.VersionID, buf, r.Off)
-		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == l) {
-			return fmt.Errorf("fetch base %q: %w", base.Key, err)
-		}
-		if _, err := snap.WriteAt(buf, r.Off); err != nil {
-			return err
+// exportBody reads [lo, hi) of a file as a snapshot holds it: the tier's
+// blocks, and the base version's bytes where the tier holds none. At the
+// first read that needs the base it fetches, in one ranged GET, the span
+// from the first to the last byte of [lo, hi) the tier lacks, and keeps it:
+// the SDK may read a body twice (once to sign it), and a part of a
+// multipart upload is at most a part size.
+type exportBody struct {
+	ctx    context.Context
+	e      *Exporter
+	snap   *meta.Snapshot
+	in     *meta.Inode
+	lo, hi int64
+
+	mu   gosync.Mutex
+	span []byte
+	at   int64
+	err  error
+}
+
+func (b *exportBody) ReadAt(p []byte, off int64) (int, error) {
+	if off >= b.hi {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), b.hi-off))
+	missing, err := b.snap.ReadData(b.in, p[:n], off)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range missing {
+		if err := b.base(p[r.Off-off:r.End()-off], r.Off); err != nil {
+			return 0, err
 		}
 	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// base fills p with the base version's bytes at off.
+func (b *exportBody) base(p []byte, off int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.span == nil && b.err == nil {
+		b.err = b.fetch()
+	}
+	if b.err != nil {
+		return b.err
+	}
+	if off < b.at || off+int64(len(p)) > b.at+int64(len(b.span)) {
+		return fmt.Errorf("export inode %d: base bytes [%d,+%d) outside the fetched span", b.in.Ino, off, len(p))
+	}
+	copy(p, b.span[off-b.at:])
+	return nil
+}
+
+func (b *exportBody) fetch() error {
+	missing, err := b.snap.Missing(b.in, b.lo, b.hi-b.lo)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	obj := b.in.Base
+	lo, hi := missing[0].Off, min(missing[len(missing)-1].End(), obj.Size)
+	buf := make([]byte, max(hi-lo, 0))
+	if len(buf) > 0 {
+		got, err := b.e.bucket.ReadAt(b.ctx, obj.Key, obj.VersionID, buf, lo)
+		if err != nil && !(errors.Is(err, io.EOF) && got == len(buf)) {
+			return fmt.Errorf("read base %q: %w", obj.Key, err)
+		}
+	}
+	// Past the base's end (which Backed never reaches) the span is zeros.
+	b.span, b.at = append(buf, make([]byte, missing[len(missing)-1].End()-lo-int64(len(buf)))...), lo
 	return nil
 }
 
@@ -689,7 +750,7 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 			}
 		}
 		if old.Key == "" || in.Dirty() {
-			obj, err := e.upload(ctx, in, newKey, old)
+			obj, err := e.upload(ctx, nil, in, newKey, old)
 			if err != nil {
 				return err
 			}

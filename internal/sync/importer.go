@@ -13,7 +13,6 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
-	"bucketfs/internal/tier"
 )
 
 // maxSymlinkTarget bounds the body read for a symlink object.
@@ -22,8 +21,6 @@ const maxSymlinkTarget = 4096
 // ImporterConfig wires an Importer to the rest of the engine. Every field
 // is optional.
 type ImporterConfig struct {
-	// Tier is where cached data of a replaced version is dropped.
-	Tier *tier.Tier
 	// Locks is shared with the exporter.
 	Locks *InodeLocks
 	// OnChange hears of every name or inode an import changed, so front
@@ -37,7 +34,6 @@ type ImporterConfig struct {
 type Importer struct {
 	meta     *meta.Store
 	bucket   *bucket.Client
-	tier     *tier.Tier
 	locks    *InodeLocks
 	onChange func(Change)
 	log      *slog.Logger
@@ -99,7 +95,7 @@ func NewImporter(m *meta.Store, b *bucket.Client, cfg ImporterConfig) *Importer 
 	if cfg.Locks == nil {
 		cfg.Locks = NewInodeLocks()
 	}
-	return &Importer{meta: m, bucket: b, tier: cfg.Tier, locks: cfg.Locks, onChange: cfg.OnChange,
+	return &Importer{meta: m, bucket: b, locks: cfg.Locks, onChange: cfg.OnChange,
 		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, deferred: map[meta.Ino][]string{}, badKeys: map[string]bool{},
 		validAt: map[meta.Ino]time.Time{}}
 }

@@ -195,22 +195,12 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 }
 
 // importOver makes the file child at res show the object it. A regular
-// file's cached bytes belong to the old version: the tier drops them around
-// the namespace change, so that a write racing the import is either seen by
-// it (the import fails with EAGAIN, and the next look finds a conflict) or
-// lands on the new version, and a crash can never leave the old bytes
-// claimed under the new version.
-func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *meta.Inode, it meta.Imported) (in meta.Inode, err error) {
-	commit := func() (int64, error) {
-		in, err = im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
-		return in.Size, err
-	}
-	if !child.IsRegular() || im.tier == nil {
-		_, err = commit()
-		return in, err
-	}
-	err = im.tier.ResetWith(uint64(child.Ino), commit)
-	return in, err
+// file's cached bytes belong to the old version and are dropped in the same
+// transaction; a write racing the import either lands before it (the import
+// then fails with EAGAIN, as the file changed, and the next look finds a
+// conflict) or after it, on the new version.
+func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *meta.Inode, it meta.Imported) (meta.Inode, error) {
+	return im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
 }
 
 // conflict resolves a name changed on both sides: the file side's version

@@ -1,60 +1,43 @@
-// Package tier is bucketfs's high-performance storage: file data on local
-// disk, per inode.
+// Package tier is bucketfs's high-performance storage: the bytes of files
+// kept on local disk, in the same key-value store as the namespace, written
+// in the same transaction as the inode they belong to.
 //
 // # Model
 //
-// For every inode it holds, the tier keeps a sparse data file, laid out like
-// the file itself (byte i of the file is byte i of the data file), and an
-// extent map: the sorted, coalesced list of byte ranges that are present,
-// meaning they hold valid data. A range that is not present may hold anything
-// (usually a hole); the caller must fetch it from the bucket. Alongside the
-// map the tier keeps the inode's logical size as it knows it.
+// A file's local bytes are blocks of BlockSize bytes under the key
+// b<ino><block index>. A block records which of its bytes are present (hold
+// the file's current content) and what they are. A byte of the file that no
+// block holds is either the byte of the file's base object in the bucket
+// (when it lies below the inode's Backed offset, kept by package meta) or a
+// zero (at or past Backed: a hole or a local extension). Hence a file made on
+// the file side (Backed 0) needs no block for its holes, an object imported
+// from the bucket (Backed = its size) needs none until it is read or written,
+// and a write into a large imported file stores only what it writes.
 //
-//   - Create starts a file made on the file side: all of [0, size) present.
-//   - Init starts an object imported from the bucket: nothing present. Fill
-//     stores fetched bucket data into the missing sub-ranges only, so it never
-//     overwrites a newer local write; Reset discards everything when the
-//     object changed in the bucket.
-//   - WriteAt marks what it writes present, and, when it starts past the
-//     logical size, the gap too (the gap is local zeros, not bucket data).
-//     Truncate up makes the grown range present for the same reason; Punch
-//     makes its range present as zeros.
-//   - Missing tells the caller which ranges to fetch; ReadAt reads ranges the
-//     caller knows are present.
+// The functions here work inside a caller's kv transaction (kv.Txn) or view
+// (kv.Reader); package meta calls them in the same transaction that changes
+// the inode's size, generation and sync state. This package knows nothing of
+// inodes beyond their number and Backed, and keeps no state of its own except
+// the in-memory recency of use that eviction orders by.
 //
-// The tier does not know which inodes are dirty (not yet exported): the
-// metadata layer does. Evict and EvictIdle ask the caller, through a pinned
-// callback, and never evict a pinned inode.
+// # Why the bytes live beside the inode
 //
-// # Durability
+// Crash safety follows from the store's own guarantees instead of an order
+// of fsyncs between two stores: a transaction is atomic, and after any crash
+// (a kill -9, or a power loss that drops every write not synced) the store
+// holds exactly the transactions up to some point, including every one that
+// was synced. So a file's size, generation and bytes always agree; an fsync
+// is one sync of the store's log; a truncate or an O_TRUNC never destroys
+// bytes that a durable older state still refers to, since the older state
+// is either wholly there or wholly replaced; and the exporter uploads from a
+// snapshot of the store, which fixes a file's bytes, size and generation at
+// one instant without copying anything.
 //
-// Extent maps live in memory and reach disk only on Sync and Close: Sync
-// fsyncs the data file, then replaces the map file atomically (temporary
-// file, fsync, rename, fsync of the directory). Hence the invariant: a map on
-// disk never claims a range whose data was not durable before the map was
-// written. Present ranges that were never synced are lost in a crash, as
-// unsynced data may be. Operations that destroy claimed data (Create over old
-// state, Reset, Remove, Truncate down) first durably remove or shrink the map,
-// so no crash can revive a claim over data that is gone. On Open, an inode is
-// kept only if both its data file and its map survive; stray data files, maps
-// and temporary files are deleted, and data past the recorded size is cut off.
+// # Invariants (kept by the callers in package meta)
 //
-// # Layout
-//
-// dir/LOCK is flock'ed while a Tier is open. Data and maps live in
-// dir/XX/YY/<16 hex digits of the inode>.data and .map, XX and YY being the
-// two low bytes of the inode number, so 65536 leaf directories (created on
-// demand) share the files and none grows to millions of entries.
-//
-// # Concurrency and performance
-//
-// No lock shared by all inodes is held across disk I/O. A sharded table maps
-// inodes to their state; each inode has its own locks (see the inode type for
-// which operation takes which). Reads and writes to different, and to the
-// same, inode run in parallel, with pread and pwrite on a cached descriptor.
-// Open descriptors are bounded (Options.MaxOpenFiles) by a clock sweep that
-// costs the hot path one atomic load. Usage counts allocated blocks; writes
-// only flag an inode and Usage re-measures flagged inodes.
-//
-// The package is Linux-only: it relies on fallocate, SEEK_DATA and SEEK_HOLE.
+//   - No block holds a present byte at or past the file's size.
+//   - Backed <= size, and the bytes of the base object below Backed that no
+//     block holds are the file's content: every local change below Backed
+//     writes blocks (Write, Punch) or lowers Backed (Cut).
+//   - A block is never stored empty: a block with no present byte is deleted.
 package tier

@@ -154,25 +154,3 @@ func TestExtentsAgreeWithABitmap(t *testing.T) {
 		}
 	}
 }
-
-func TestMapEncodingRoundTripsAndRejectsCorruption(t *testing.T) {
-	ext := extents{{0, 4096}, {8192, 100}}
-	b := encodeMap(9000, ext)
-	size, got, err := decodeMap(b)
-	if err != nil || size != 9000 || !slices.Equal(got, ext) {
-		t.Fatalf("decode = %d, %v, %v; want 9000, %v, nil", size, got, err, ext)
-	}
-	for i := range b {
-		bad := slices.Clone(b)
-		bad[i] ^= 0x40
-		if _, _, err := decodeMap(bad); err == nil {
-			t.Errorf("flipping byte %d was not detected", i)
-		}
-	}
-	if _, _, err := decodeMap(b[:len(b)-1]); err == nil {
-		t.Error("truncated map was not detected")
-	}
-	if _, _, err := decodeMap(encodeMap(100, ext)); err == nil {
-		t.Error("map with ranges past its size was accepted")
-	}
-}

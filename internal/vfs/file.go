@@ -148,56 +148,33 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 	return h, nil
 }
 
-// prepare readies the tier for a new handle of a regular file: truncated
-// for O_TRUNC, else tracked, and a small imported file copied in.
+// prepare readies a new handle of a regular file: truncated for O_TRUNC,
+// and a small imported file copied into the tier.
 func (fs *FS) prepare(ctx context.Context, in *meta.Inode, h *Handle) error {
 	if h.flags&syscall.O_TRUNC != 0 && h.writable {
-		if err := fs.truncate(ctx, in.Ino, 0); err != nil {
-			return err
-		}
-	} else if err := fs.ensureTier(in); err != nil {
-		return err
+		return fs.truncate(ctx, in.Ino, 0)
 	}
-	if in.Has(meta.Local) || in.Size >= fs.cfg.ImportThreshold {
+	if in.AllLocal() || in.Size >= fs.cfg.ImportThreshold {
 		return nil
 	}
-	// Copy the small file in. in was read before any epoch was taken: read
-	// it again after, and copy only if it still shows the pinned version.
-	// Best effort: a full tier leaves the data in the bucket, and a version
-	// replaced meanwhile is fetched by the reads.
-	epoch := fs.tier.Epoch(uint64(in.Ino))
-	cur, err := fs.meta.Get(ctx, in.Ino)
-	if err != nil || cur.Base != h.pinned {
+	// Copy the small file in. Best effort: a full tier leaves the data in
+	// the bucket, and a version replaced meanwhile is fetched by the reads.
+	missing, err := fs.meta.MissingData(ctx, in.Ino, 0, in.Size)
+	if err != nil {
 		return err
 	}
-	if err := fs.fetch(ctx, in.Ino, epoch, h.pinned, 0, in.Size); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
+	if err := fs.fetch(ctx, in.Ino, h.pinned, missing); err != nil && !tierFull(err) && !errors.Is(err, tier.ErrStale) {
 		return err
 	}
 	return nil
 }
 
-// ensureTier makes sure the tier tracks ino; an imported file starts with
-// nothing present.
-func (fs *FS) ensureTier(in *meta.Inode) error {
-	if _, ok := fs.tier.Present(uint64(in.Ino)); ok {
-		return nil
-	}
-	if in.Has(meta.Local) {
-		// A file-side file whose data never reached an fsync before a crash:
-		// POSIX allows losing those bytes, not the file. It reads as zeros.
-		fs.log.Warn("unsynced data of a local file was lost in a crash; it reads as zeros", "ino", in.Ino)
-		return fs.tier.Create(uint64(in.Ino), in.Size)
-	}
-	return fs.tier.Init(uint64(in.Ino), in.Size)
-}
-
-// fetch copies the missing parts of [off, off+n) of the object obj into the
-// tier, without overwriting anything written locally. epoch is what
-// tier.Epoch returned before the caller read obj from the inode: if an
-// import of a new version replaces the content meanwhile, nothing is stored
-// and the error wraps tier.ErrStale, as the bytes belong to the old version.
-func (fs *FS) fetch(ctx context.Context, ino Ino, epoch uint64, obj meta.Object, off, n int64) error {
-	for _, r := range fs.tier.Missing(uint64(ino), off, n) {
+// fetch copies the ranges of the object obj into the tier, where the file
+// still shows obj's bytes; never over anything written locally. If an import
+// replaced obj as the file's base meanwhile, nothing is stored and the error
+// wraps tier.ErrStale, as the bytes belong to the old version.
+func (fs *FS) fetch(ctx context.Context, ino Ino, obj meta.Object, ranges []tier.Range) error {
+	for _, r := range ranges {
 		if r.Off >= obj.Size {
 			continue // past the end of the object: local zeros
 		}
@@ -209,7 +186,7 @@ func (fs *FS) fetch(ctx context.Context, ino Ino, epoch uint64, obj meta.Object,
 		if err != nil && !(errors.Is(err, io.EOF) && int64(got) == r.Len) {
 			return fmt.Errorf("fetch %q [%d,+%d): %w", obj.Key, r.Off, r.Len, err)
 		}
-		if err := fs.tier.Fill(uint64(ino), epoch, buf, r.Off); err != nil {
+		if err := fs.meta.FillData(ctx, ino, obj, buf, r.Off, fs.cfg.TierLimits); err != nil {
 			return err
 		}
 	}
@@ -271,77 +248,46 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 		return 0, 0, syscall.EBADF
 	}
 	fs := h.fs
-	ino := uint64(h.ino)
-	// Tier reads fail with ErrStale if an import replaced the content after
-	// this read looked at the inode, rather than return a mix of versions.
-	epoch := fs.tier.Epoch(ino)
-	readTier := func(p []byte, off int64) (int, error) { return fs.tier.ReadAt(ino, epoch, p, off) }
-	in, err := fs.meta.Get(ctx, h.ino)
-	if err != nil {
-		return 0, 0, err
-	}
-	if in.IsDir() {
-		return 0, 0, syscall.EISDIR
-	}
-	if off >= in.Size {
-		return 0, 0, nil
-	}
-	if rest := in.Size - off; int64(len(p)) > rest {
-		p = p[:rest]
-	}
-	fs.tier.Touch(ino)
-	if in.Has(meta.Local) {
-		n, err := readTier(p, off)
+	fs.used.Touch(uint64(h.ino))
+	in, n, missing, err := fs.meta.ReadData(ctx, h.ino, p, off)
+	if err != nil || n == 0 || len(missing) == 0 {
 		return n, 0, err
 	}
-	missing := fs.tier.Missing(ino, off, int64(len(p)))
-	if len(missing) == 0 {
-		n, err := readTier(p, off)
-		return n, 0, err
-	}
+	p = p[:n]
 	if in.Size < fs.cfg.DirectReadSize {
-		// The tier caches the inode's current version: fetch from Base.
-		err := fs.fetch(ctx, h.ino, epoch, in.Base, off, int64(len(p)))
+		// The tier caches the inode's current version: fetch from Base,
+		// then read again (an import meanwhile makes the fill stale, and
+		// the read is done again on the new version).
+		err := fs.fetch(ctx, h.ino, in.Base, missing)
 		if err == nil {
-			n, err := readTier(p, off)
-			return n, 0, err
-		}
-		if !tierFull(err) {
+			in, n, missing, err = fs.meta.ReadData(ctx, h.ino, p, off)
+			if err != nil || len(missing) == 0 {
+				return n, 0, err
+			}
+			p = p[:n]
+		} else if !tierFull(err) {
 			return 0, 0, err
 		}
 		// The tier cannot cache it: stream it as a large file is.
-		missing = fs.tier.Missing(ino, off, int64(len(p)))
 	}
-	// Large file: present ranges from the tier, the rest streamed from the
+	// Large file: what the tier holds is in p; the rest streams from the
 	// pinned object version.
-	if share != nil && len(missing) == 1 && missing[0] == (tier.Range{Off: off, Len: int64(len(p))}) {
-		ok, err := h.directShared(ctx, share, off, int64(len(p)))
+	if share != nil && len(missing) == 1 && missing[0] == (tier.Range{Off: off, Len: int64(n)}) {
+		ok, err := h.directShared(ctx, share, off, int64(n))
 		if err != nil {
 			return 0, 0, err
 		}
 		if ok {
-			return len(p), int64(len(p)), nil
+			return n, int64(n), nil
 		}
 	}
-	pos := off
 	for _, r := range missing {
-		if r.Off > pos {
-			if _, err := readTier(p[pos-off:r.Off-off], pos); err != nil {
-				return 0, 0, err
-			}
-		}
-		if err := h.direct(ctx, p[r.Off-off:r.Off+r.Len-off], r.Off); err != nil {
+		if err := h.direct(ctx, p[r.Off-off:r.End()-off], r.Off); err != nil {
 			return 0, 0, err
 		}
 		direct += r.Len
-		pos = r.Off + r.Len
 	}
-	if end := off + int64(len(p)); pos < end {
-		if _, err := readTier(p[pos-off:], pos); err != nil {
-			return 0, 0, err
-		}
-	}
-	return len(p), direct, nil
+	return n, direct, nil
 }
 
 // tierFull tells whether err is the tier's disk running out of space: a
@@ -406,60 +352,46 @@ func (s objectSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 	return s.fs.bucket.ReadAt(ctx, s.obj.Key, s.obj.VersionID, p, off)
 }
 
-// Write writes p at off (at the end of file for O_APPEND handles).
+// maxWrite bounds the bytes one transaction writes; a larger write is
+// several, as the kernel splits a large write(2) into requests anyway.
+const maxWrite = 1 << 20
+
+// Write writes p at off (at the end of file for O_APPEND handles). Each
+// piece of at most maxWrite bytes lands in the tier in the same
+// transaction as its record in the namespace.
 func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	if !h.writable {
 		return 0, syscall.EBADF
 	}
-	fs := h.fs
-	ino := uint64(h.ino)
-	// Under Guard, an import of a new version sees this write's record or
-	// comes after it: it never discards the bytes unseen (tier.ResetWith).
-	defer fs.tier.Guard(ino)()
-	if h.flags&syscall.O_APPEND != 0 {
-		in, err := fs.meta.Get(ctx, h.ino)
-		if err != nil {
-			return 0, err
-		}
-		off = in.Size
-	}
-	if off < 0 {
+	appending := h.flags&syscall.O_APPEND != 0
+	if off < 0 && !appending {
 		return 0, syscall.EINVAL
 	}
-	// The tier treats a gap between the old end and off as local zeros.
-	//
-	// A short write (the tier's disk filled up) keeps what it wrote, as
-	// write(2) does: the size covers it, and the caller's next write meets
-	// the error. Left out of the size, those bytes would show up in a hole
-	// a later write past the end leaves.
-	n, err := fs.tier.WriteAt(ino, p, off)
-	fs.counters.written.Add(int64(n))
-	if err != nil && n == 0 {
+	fs := h.fs
+	fs.used.Touch(uint64(h.ino))
+	if err := fs.diskSpace(); err != nil {
 		return 0, err
 	}
-	end := off + int64(n)
-	now := fs.now()
-	_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
-		if end > in.Size {
-			in.Size = end
+	done := 0
+	for done < len(p) {
+		n := min(len(p)-done, maxWrite)
+		_, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits)
+		if err != nil {
+			if done > 0 {
+				return done, nil // a short write; the next one meets the error
+			}
+			return 0, err
 		}
-		in.Mtime, in.Ctime = now, now
-		in.Mode &^= syscall.S_ISUID
-		return meta.DataChange, nil
-	})
-	return n, err
+		done += n
+		fs.counters.written.Add(int64(n))
+	}
+	return done, nil
 }
 
-// Fsync makes the file's data and metadata durable.
-//
-// The metadata goes first: the tier must never hold durable data of an
-// inode the metadata could still forget in a crash (its number would be
-// given out again).
+// Fsync makes the file's data and metadata durable: one sync of the store
+// that holds both.
 func (h *Handle) Fsync(ctx context.Context) error {
-	if err := h.fs.meta.Sync(ctx); err != nil {
-		return err
-	}
-	return h.fs.tier.Sync(uint64(h.ino))
+	return h.fs.meta.Sync(ctx)
 }
 
 // Release closes the handle; the last close of an unlinked file lets the
@@ -495,13 +427,15 @@ func (fs *FS) reclaim(in *meta.Inode) {
 	if in == nil || in.Nlink != 0 || !in.IsRegular() || fs.reclaimLater(in.Ino) {
 		return
 	}
-	if err := fs.tier.Remove(uint64(in.Ino)); err != nil {
+	if err := fs.meta.ReclaimData(context.Background(), in.Ino); err != nil {
 		fs.log.Warn("free the tier data of a deleted file", "ino", in.Ino, "err", err)
 	}
+	fs.used.Forget(uint64(in.Ino))
 }
 
 // Fallocate implements fallocate(2) modes 0, KEEP_SIZE and
-// PUNCH_HOLE|KEEP_SIZE.
+// PUNCH_HOLE|KEEP_SIZE. The tier allocates as it writes, so mode 0 only
+// grows the file and KEEP_SIZE reserves nothing.
 func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error {
 	const keepSize, punchHole = 0x1, 0x2
 	if !h.writable {
@@ -511,48 +445,16 @@ func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error
 		return syscall.EINVAL
 	}
 	fs := h.fs
-	ino := uint64(h.ino)
-	defer fs.tier.Guard(ino)() // see Write
-	in, err := fs.meta.Get(ctx, h.ino)
-	if err != nil {
-		return err
-	}
 	switch mode {
-	case 0, keepSize:
-		if err := fs.tier.Allocate(ino, off, n); err != nil {
-			return err
-		}
-		if mode == keepSize || off+n <= in.Size {
-			return nil
-		}
-		if err := fs.tier.Truncate(ino, off+n); err != nil {
-			return err
-		}
+	case 0:
 		now := fs.now()
-		_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
-			if off+n > in.Size {
-				in.Size = off + n
-			}
-			in.Ctime = now
-			return meta.DataChange, nil
-		})
+		_, err := fs.meta.ResizeData(ctx, h.ino, off+n, true, func(in *meta.Inode) { in.Ctime = now })
+		return err
+	case keepSize:
+		_, err := fs.meta.Get(ctx, h.ino)
 		return err
 	case punchHole | keepSize:
-		if end := off + n; end > in.Size {
-			n = in.Size - off
-		}
-		if n <= 0 {
-			return nil
-		}
-		if err := fs.tier.Punch(ino, off, n); err != nil {
-			return err
-		}
-		now := fs.now()
-		_, err = fs.meta.Update(ctx, h.ino, func(in *meta.Inode) (meta.Change, error) {
-			in.Mtime, in.Ctime = now, now
-			return meta.DataChange, nil
-		})
-		return err
+		return fs.meta.PunchData(ctx, h.ino, off, n, fs.now())
 	}
 	return syscall.EOPNOTSUPP
 }
@@ -560,30 +462,5 @@ func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error
 // Seek implements SEEK_DATA (whence 3) and SEEK_HOLE (whence 4). Ranges
 // still in the bucket count as data.
 func (h *Handle) Seek(ctx context.Context, off int64, whence int) (int64, error) {
-	in, err := h.fs.meta.Get(ctx, h.ino)
-	if err != nil {
-		return 0, err
-	}
-	if off < 0 || off >= in.Size {
-		return 0, syscall.ENXIO
-	}
-	if !in.Has(meta.Local) {
-		if whence == 3 {
-			return off, nil
-		}
-		return in.Size, nil
-	}
-	var pos int64
-	if whence == 3 {
-		pos, err = h.fs.tier.SeekData(uint64(h.ino), off)
-	} else {
-		pos, err = h.fs.tier.SeekHole(uint64(h.ino), off)
-	}
-	if err != nil {
-		return 0, err
-	}
-	if pos > in.Size {
-		pos = in.Size
-	}
-	return pos, nil
+	return h.fs.meta.Seek(ctx, h.ino, off, whence == 3)
 }

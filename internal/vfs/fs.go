@@ -60,13 +60,19 @@ type Config struct {
 	// RevalidateTTL: opening a file whose attributes were compared with
 	// the bucket longer ago than this compares them again (0: never).
 	RevalidateTTL time.Duration
-	Logger        *slog.Logger
+	// TierLimits bound what writes and fills add to the tier.
+	TierLimits meta.Limits
+	// StateDir is where the tier lives; writes fail with ENOSPC while its
+	// disk has less than DiskReserve bytes free ("" : not checked).
+	StateDir    string
+	DiskReserve int64
+	Logger      *slog.Logger
 }
 
 // FS is one mounted file system. It is safe for concurrent use.
 type FS struct {
 	meta   *meta.Store
-	tier   *tier.Tier
+	used   tier.Recency
 	bucket *bucket.Client
 	lister Lister
 	cfg    Config
@@ -79,15 +85,20 @@ type FS struct {
 
 	inv      invalidators
 	counters counters
+	disk     diskCheck
 }
 
 // New assembles an FS.
-func New(m *meta.Store, t *tier.Tier, b *bucket.Client, l Lister, cfg Config) *FS {
+func New(m *meta.Store, b *bucket.Client, l Lister, cfg Config) *FS {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &FS{meta: m, tier: t, bucket: b, lister: l, cfg: cfg, log: cfg.Logger, opens: map[Ino]int{}}
+	return &FS{meta: m, bucket: b, lister: l, cfg: cfg, log: cfg.Logger, opens: map[Ino]int{}}
 }
+
+// LastUse returns when ino's data was last read or written (unix ns; 0 if
+// not since this start), for eviction.
+func (fs *FS) LastUse(ino Ino) int64 { return fs.used.LastUse(uint64(ino)) }
 
 // Meta returns the namespace store.
 func (fs *FS) Meta() *meta.Store { return fs.meta }
@@ -228,7 +239,8 @@ type StatFS struct {
 func (fs *FS) StatFs(ctx context.Context) StatFS {
 	const bsize = 4096
 	blocks := uint64(1<<63) / bsize
-	used := uint64(fs.tier.Usage()) / bsize
+	u, _ := fs.meta.Usage(ctx)
+	used := uint64(u.Total) / bsize
 	return StatFS{Bsize: bsize, Blocks: blocks, Bfree: blocks - used,
-		Files: 1 << 40, Ffree: 1<<40 - 1, NameLen: 255, TierUsed: fs.tier.Usage()}
+		Files: 1 << 40, Ffree: 1<<40 - 1, NameLen: 255, TierUsed: u.Total, TierLimit: fs.cfg.TierLimits.Total}
 }

@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"syscall"
 
@@ -64,11 +63,6 @@ func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl 
 	in, err := fs.meta.Create(ctx, parent, name, tmpl, mayCreate(c))
 	if err != nil {
 		return Attr{}, err
-	}
-	if in.IsRegular() {
-		if err := fs.tier.Create(uint64(in.Ino), 0); err != nil {
-			return Attr{}, fmt.Errorf("create %q: %w", name, err)
-		}
 	}
 	return in, nil
 }

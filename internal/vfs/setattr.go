@@ -127,28 +127,13 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 	})
 }
 
-// truncate sets the size of a regular file, in the tier and in meta.
+// truncate sets the size of a regular file, its bytes and its record in
+// one transaction.
 func (fs *FS) truncate(ctx context.Context, ino Ino, size int64) error {
-	defer fs.tier.Guard(uint64(ino))() // see Handle.Write
-	in, err := fs.meta.Get(ctx, ino)
-	if err != nil {
-		return err
-	}
-	if err := fs.ensureTier(&in); err != nil {
-		return err
-	}
-	if err := fs.tier.Truncate(uint64(ino), size); err != nil {
-		return err
-	}
 	now := fs.now()
-	_, err = fs.meta.Update(ctx, ino, func(in *meta.Inode) (meta.Change, error) {
-		in.Size = size
-		if size == 0 {
-			in.Flags |= meta.Local // nothing left that the bucket holds
-		}
+	_, err := fs.meta.ResizeData(ctx, ino, size, false, func(in *meta.Inode) {
 		in.Mtime, in.Ctime = now, now
 		in.Mode &^= syscall.S_ISUID
-		return meta.DataChange, nil
 	})
 	return err
 }

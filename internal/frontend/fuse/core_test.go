@@ -159,7 +159,7 @@ func TestSmallFilesAreServedFromTheTierAndLargeOnesStream(t *testing.T) {
 		}
 		return st.Sys().(*syscall.Stat_t).Ino
 	}
-	if n, ok := e.eng.Tier.Present(ino("small")); !ok || n != int64(len(small)) {
+	if n := e.cached(ino("small")); n != int64(len(small)) {
 		t.Fatalf("small file: %d bytes in the tier, want all %d", n, len(small))
 	}
 	// A second read is served by the tier: no GET reaches the bucket.
@@ -173,7 +173,7 @@ func TestSmallFilesAreServedFromTheTierAndLargeOnesStream(t *testing.T) {
 	if !bytes.Equal(readFile(t, e.path("large")), large) {
 		t.Fatal("large file content differs")
 	}
-	if n, _ := e.eng.Tier.Present(ino("large")); n != 0 {
+	if n := e.cached(ino("large")); n != 0 {
 		t.Fatalf("a large file read put %d bytes into the tier; it should stream", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"bucketfs/internal/engine"
+	"bucketfs/internal/meta"
 	bfuse "bucketfs/internal/frontend/fuse"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
@@ -52,8 +53,15 @@ func withExportDelay(d time.Duration) option { return func(c *engine.Config) { c
 // url, e.g. a proxy in front of the store.
 func withEndpoint(url string) option { return func(c *engine.Config) { c.Endpoint = url } }
 
-// withTierDir keeps tier data in dir instead of under the state directory.
-func withTierDir(dir string) option { return func(c *engine.Config) { c.TierDir = dir } }
+// cached returns how many bytes of ino the tier holds (0 for an inode
+// that is gone).
+func (e *env) cached(ino uint64) int64 {
+	in, err := e.eng.Meta.Get(context.Background(), meta.Ino(ino))
+	if err != nil {
+		return 0
+	}
+	return in.Cached
+}
 
 // withOpTimeout bounds each bucket operation.
 func withOpTimeout(d time.Duration) option { return func(c *engine.Config) { c.OpTimeout = d } }

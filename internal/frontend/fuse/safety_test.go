@@ -21,7 +21,7 @@ import (
 func withTierCapacity(n int64) option { return func(c *engine.Config) { c.TierCapacity = n } }
 
 func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
-	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1), withTierCapacity(1))
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1), withTierCapacity(24))
 	forwardEvents(e)
 	lf := conflictOnDoc(t, e)
 	if len(lf) != 1 {
@@ -46,10 +46,9 @@ func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
 	e.stop()
 	e.start()
 	eventually(t, "eviction of the bucket's clean version", func() bool {
-		_, ok := e.eng.Tier.Present(uint64(winner.Ino))
-		return !ok
+		return e.cached(uint64(winner.Ino)) == 0
 	})
-	if _, ok := e.eng.Tier.Present(uint64(lost.Ino)); !ok {
+	if e.cached(uint64(lost.Ino)) == 0 {
 		t.Error("the tier evicted the only copy of the file-side version in lost+found")
 	}
 	if b := readFile(t, e.path(e.eng.Meta.LostFoundName()+"/"+lf[0])); string(b) != "file side edit" {

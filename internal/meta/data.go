@@ -1,0 +1,424 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"bucketfs/internal/kv"
+	"bucketfs/internal/tier"
+)
+
+// File data lives in the tier's blocks, in this store, beside the inode
+// (package tier explains the model). Every change of a file's bytes is one
+// transaction with the change of its size, generation and export queue
+// entry, so that after any crash the store holds a state the file really
+// had: its bytes and the record of them never disagree, and nothing
+// durable is destroyed before the change that drops it is durable.
+
+var keyUsage = []byte("c/usage")
+
+// Usage is how many bytes of file data the tier holds: in all, and of
+// files with changes not yet exported (which eviction cannot touch).
+type Usage struct {
+	Total, Dirty int64
+}
+
+func getUsage(r kv.Reader) (Usage, error) {
+	v, err := r.Get(keyUsage)
+	if errors.Is(err, kv.ErrNotFound) {
+		return Usage{}, nil
+	}
+	if err != nil {
+		return Usage{}, err
+	}
+	if len(v) != 16 {
+		return Usage{}, errCorrupt
+	}
+	return Usage{Total: int64(kv.Uint64(v)), Dirty: int64(kv.Uint64(v[8:]))}, nil
+}
+
+// usageOf is what one inode adds to Usage.
+func usageOf(in *Inode) Usage {
+	if !in.IsRegular() {
+		return Usage{}
+	}
+	u := Usage{Total: in.Cached}
+	if in.Dirty() {
+		u.Dirty = in.Cached
+	}
+	return u
+}
+
+// addUsage adds d to the stored counters.
+func addUsage(tx kv.Txn, d Usage) error {
+	if d == (Usage{}) {
+		return nil
+	}
+	u, err := getUsage(tx)
+	if err != nil {
+		return err
+	}
+	u.Total = max(u.Total+d.Total, 0)
+	u.Dirty = max(u.Dirty+d.Dirty, 0)
+	return tx.Set(keyUsage, kv.AppendUint64(kv.AppendUint64(nil, uint64(u.Total)), uint64(u.Dirty)))
+}
+
+// account adds to Usage what in changes against its stored record.
+func account(tx kv.Txn, in *Inode) error {
+	var old Inode
+	v, err := tx.Get(inodeKey(in.Ino))
+	switch {
+	case err == nil:
+		if old, err = decodeInode(v); err != nil {
+			return err
+		}
+	case !errors.Is(err, kv.ErrNotFound):
+		return err
+	}
+	before, after := usageOf(&old), usageOf(in)
+	return addUsage(tx, Usage{Total: after.Total - before.Total, Dirty: after.Dirty - before.Dirty})
+}
+
+// Usage returns what the tier holds.
+func (s *Store) Usage(ctx context.Context) (u Usage, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		u, err = getUsage(r)
+		return err
+	})
+	return u, err
+}
+
+// Limits bound what writes and fills may add to the tier; 0 means no bound.
+type Limits struct {
+	// Dirty bounds the bytes of files with unexported changes: a write
+	// past it fails with ENOSPC, since only an export can free them.
+	Dirty int64
+	// Total bounds all cached bytes: a fill past it is refused (ENOSPC), and
+	// the read streams from the bucket instead.
+	Total int64
+}
+
+// WriteData writes p at off (at the end of the file when appending) and
+// records the change, in one transaction. now is the new mtime and ctime.
+// It returns the inode as written.
+func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits) (in Inode, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if in, err = regularFile(tx, ino); err != nil {
+			return err
+		}
+		if appending {
+			off = in.Size
+		}
+		if lim.Dirty > 0 {
+			u, err := getUsage(tx)
+			if err != nil {
+				return err
+			}
+			grow := int64(len(p))
+			if !in.Dirty() {
+				grow += in.Cached // all of it becomes dirty
+			}
+			if u.Dirty+grow > lim.Dirty {
+				return fmt.Errorf("the tier holds %d bytes of unexported changes, its capacity is %d: %w", u.Dirty, lim.Dirty, syscall.ENOSPC)
+			}
+		}
+		delta, err := tier.Write(tx, uint64(ino), p, off)
+		if err != nil {
+			return err
+		}
+		in.Cached += delta
+		in.Size = max(in.Size, off+int64(len(p)))
+		in.Mtime, in.Ctime = now, now
+		in.Mode &^= syscall.S_ISUID
+		return s.markChanged(tx, &in, DataChange, s.now())
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
+	}
+	return in, nil
+}
+
+// regularFile loads ino, which must be a regular file.
+func regularFile(r kv.Reader, ino Ino) (Inode, error) {
+	in, err := getInode(r, ino)
+	if err != nil {
+		return Inode{}, err
+	}
+	switch {
+	case in.IsDir():
+		return Inode{}, syscall.EISDIR
+	case !in.IsRegular():
+		return Inode{}, syscall.EINVAL
+	}
+	return in, nil
+}
+
+// ReadData reads the file at off into p as it is now: n is what lies
+// before the end of the file, and missing lists the ranges of p[:n] (in
+// file offsets) that are the base object's bytes, which the tier does not
+// hold: the caller reads them from in.Base. Everything else of p[:n] is
+// filled in.
+func (s *Store) ReadData(ctx context.Context, ino Ino, p []byte, off int64) (in Inode, n int, missing []tier.Range, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if in, err = regularFile(r, ino); err != nil {
+			return err
+		}
+		if off >= in.Size {
+			n = 0
+			return nil
+		}
+		n = int(min(int64(len(p)), in.Size-off))
+		missing, err = tier.Read(r, uint64(ino), p[:n], off, in.Backed)
+		return err
+	})
+	if err != nil {
+		return Inode{}, 0, nil, fmt.Errorf("read inode %d at %d: %w", ino, off, err)
+	}
+	return in, n, missing, nil
+}
+
+// MissingData lists the ranges of [off, off+n) of the file that are its
+// base object's bytes the tier does not hold.
+func (s *Store) MissingData(ctx context.Context, ino Ino, off, n int64) (missing []tier.Range, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		in, err := regularFile(r, ino)
+		if err != nil {
+			return err
+		}
+		missing, err = tier.Missing(r, uint64(ino), off, min(n, in.Size-off), in.Backed)
+		return err
+	})
+	return missing, err
+}
+
+// FillData stores bytes of base (p at off) fetched from the bucket into
+// the tier, where the file still shows base's bytes. If base is no longer
+// the file's base object (an import replaced it), nothing is stored and the
+// error wraps tier.ErrStale: the identity of a version is its key, version
+// id and ETag.
+func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, off int64, lim Limits) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := regularFile(tx, ino)
+		if err != nil {
+			return err
+		}
+		if in.Base.Key != base.Key || in.Base.VersionID != base.VersionID || in.Base.ETag != base.ETag {
+			return tier.ErrStale
+		}
+		if lim.Total > 0 {
+			u, err := getUsage(tx)
+			if err != nil {
+				return err
+			}
+			if u.Total+int64(len(p)) > lim.Total {
+				return fmt.Errorf("the tier is full: %w", syscall.ENOSPC)
+			}
+		}
+		delta, err := tier.Fill(tx, uint64(ino), p, off, in.Backed)
+		if err != nil || delta == 0 {
+			return err
+		}
+		in.Cached += delta
+		return putInode(tx, &in)
+	})
+	if err != nil {
+		return fmt.Errorf("fill inode %d at %d: %w", ino, off, err)
+	}
+	return nil
+}
+
+// ResizeData sets the size of a regular file: bytes past a smaller size are
+// dropped, and a larger size reads zeros past the old end. fn, if set,
+// changes other fields in the same transaction (times, mode). With growOnly
+// a size not larger than the current one changes nothing.
+func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bool, fn func(in *Inode)) (in Inode, err error) {
+	if size < 0 {
+		return Inode{}, syscall.EINVAL
+	}
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if in, err = regularFile(tx, ino); err != nil {
+			return err
+		}
+		if growOnly && size <= in.Size {
+			return nil
+		}
+		if size < in.Size {
+			delta, err := tier.Cut(tx, uint64(ino), size, in.Cached)
+			if err != nil {
+				return err
+			}
+			in.Cached += delta
+			in.Backed = min(in.Backed, size)
+		}
+		in.Size = size
+		if fn != nil {
+			fn(&in)
+		}
+		return s.markChanged(tx, &in, DataChange, s.now())
+	})
+	if err != nil {
+		return Inode{}, fmt.Errorf("resize inode %d to %d: %w", ino, size, err)
+	}
+	return in, nil
+}
+
+// PunchData makes [off, off+n) of the file read as zeros, without changing
+// its size; now is the new mtime and ctime.
+func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := regularFile(tx, ino)
+		if err != nil {
+			return err
+		}
+		n := min(n, in.Size-off)
+		if n <= 0 {
+			return nil
+		}
+		delta, err := tier.Punch(tx, uint64(ino), off, n, in.Backed)
+		if err != nil {
+			return err
+		}
+		in.Cached += delta
+		in.Mtime, in.Ctime = now, now
+		return s.markChanged(tx, &in, DataChange, s.now())
+	})
+	if err != nil {
+		return fmt.Errorf("punch inode %d [%d,+%d): %w", ino, off, n, err)
+	}
+	return nil
+}
+
+// Seek implements lseek's SEEK_DATA (data set) and SEEK_HOLE: ranges the
+// base object provides count as data.
+func (s *Store) Seek(ctx context.Context, ino Ino, off int64, data bool) (pos int64, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		in, err := regularFile(r, ino)
+		if err != nil {
+			return err
+		}
+		if data {
+			pos, err = tier.SeekData(r, uint64(ino), off, in.Size, in.Backed)
+		} else {
+			pos, err = tier.SeekHole(r, uint64(ino), off, in.Size, in.Backed)
+		}
+		return err
+	})
+	return pos, err
+}
+
+// EvictData drops the tier's copy of a clean file whose every byte the
+// bucket holds (its base object), and returns how many bytes it freed;
+// anything else (dirty, without a base, unlinked, not fully backed) is
+// left alone and frees 0.
+func (s *Store) EvictData(ctx context.Context, ino Ino) (freed int64, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		freed = 0
+		in, err := getInode(tx, ino)
+		if err != nil || !evictable(&in) {
+			return err
+		}
+		if err := tier.Drop(tx, uint64(ino)); err != nil {
+			return err
+		}
+		freed, in.Cached = in.Cached, 0
+		return putInode(tx, &in)
+	})
+	return freed, err
+}
+
+func evictable(in *Inode) bool {
+	return in.IsRegular() && in.Cached > 0 && !in.Dirty() && in.Nlink > 0 &&
+		in.Base.Key != "" && in.Backed >= in.Size && len(in.Keys) > 0
+}
+
+// ReclaimData drops the data of a file with no name left: nothing can open
+// it again, and the exporter needs none of it to delete its objects.
+func (s *Store) ReclaimData(ctx context.Context, ino Ino) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := getInode(tx, ino)
+		if errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if err != nil || in.Nlink != 0 || in.Cached == 0 {
+			return err
+		}
+		if err := tier.Drop(tx, uint64(ino)); err != nil {
+			return err
+		}
+		in.Cached = 0
+		return putInode(tx, &in)
+	})
+}
+
+// Cached is one file the tier holds bytes of that eviction may drop.
+type Cached struct {
+	Ino   Ino
+	Bytes int64
+}
+
+// Evictable lists the files whose tier copy EvictData would drop now. It
+// reads every inode: call it only when the tier is over its capacity.
+func (s *Store) Evictable(ctx context.Context) (out []Cached, err error) {
+	prefix := []byte{pInode}
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		var bad error
+		err := r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			in, err := decodeInode(v)
+			if err != nil {
+				bad = err
+				return false
+			}
+			if evictable(&in) {
+				out = append(out, Cached{Ino: in.Ino, Bytes: in.Cached})
+			}
+			return true
+		})
+		if err == nil {
+			err = bad
+		}
+		return err
+	})
+	return out, err
+}
+
+// Snapshot is the namespace and the file data at one instant, for the
+// exporter: what it uploads of a file (bytes, size, generation, attributes)
+// is one state the file had. It may be used from several goroutines.
+type Snapshot struct {
+	s    *Store
+	snap kv.Snapshot
+}
+
+// Snapshot pins the current committed state. Close it when done.
+func (s *Store) Snapshot(ctx context.Context) (*Snapshot, error) {
+	snap, err := s.kv.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{s: s, snap: snap}, nil
+}
+
+// Close releases the snapshot.
+func (sn *Snapshot) Close() error { return sn.snap.Close() }
+
+// Get returns inode ino as it was.
+func (sn *Snapshot) Get(ino Ino) (Inode, error) { return getInode(sn.snap, ino) }
+
+// Paths is Store.Paths as it was.
+func (sn *Snapshot) Paths(ino Ino) (paths []string, underLostFound []bool, err error) {
+	return sn.s.paths(sn.snap, ino)
+}
+
+// ReadData reads in's bytes at off into p as they were (in must come from
+// this snapshot); missing lists the ranges that are in.Base's bytes, which
+// it leaves zero.
+func (sn *Snapshot) ReadData(in *Inode, p []byte, off int64) (missing []tier.Range, err error) {
+	return tier.Read(sn.snap, uint64(in.Ino), p, off, in.Backed)
+}
+
+// Missing lists the ranges of [off, off+n) of in that are in.Base's bytes.
+func (sn *Snapshot) Missing(in *Inode, off, n int64) ([]tier.Range, error) {
+	return tier.Missing(sn.snap, uint64(in.Ino), off, n, in.Backed)
+}

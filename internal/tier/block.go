@@ -1,0 +1,213 @@
+package tier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"bucketfs/internal/kv"
+)
+
+// BlockSize is the size of one block of file data. Small blocks keep a
+// random 4 KiB write a 4 KiB write (not a read-modify-write of a large
+// block); a sequential write stores one key per block, which the store
+// takes in its stride.
+const BlockSize = 4096
+
+// prefixBlock starts every block key: b<ino as 8 bytes><index as 8 bytes>.
+// Package meta reserves this prefix in its key layout.
+const prefixBlock = 'b'
+
+// Block encodings; the first byte of a value says which.
+const (
+	// kindFull: the block's first len(v)-1 bytes are present and follow.
+	kindFull byte = iota
+	// kindZero: the block's first L bytes (uint16 after the kind) are
+	// present and zero.
+	kindZero
+	// kindRanges: a count (uint16), then count (offset, length) pairs
+	// (uint16 each) of present ranges, sorted and coalesced, then the
+	// block's bytes up to the end of the last range (bytes outside the
+	// ranges are meaningless).
+	kindRanges
+)
+
+var errCorruptBlock = errors.New("tier: corrupt block")
+
+func blockPrefix(ino uint64) []byte {
+	return kv.AppendUint64([]byte{prefixBlock}, ino)
+}
+
+func blockKey(ino uint64, idx int64) []byte {
+	return kv.AppendUint64(blockPrefix(ino), uint64(idx))
+}
+
+// blockIndex returns the index from a block key.
+func blockIndex(k []byte) int64 { return int64(kv.Uint64(k[9:])) }
+
+// block is one decoded block: its present ranges (relative to the block's
+// start) and its bytes.
+type block struct {
+	ext  extents
+	data [BlockSize]byte
+}
+
+// reset makes b a block with nothing present.
+func (b *block) reset() {
+	b.ext = b.ext[:0]
+}
+
+// decode loads v into b.
+func (b *block) decode(v []byte) error {
+	b.reset()
+	if len(v) == 0 {
+		return errCorruptBlock
+	}
+	switch v[0] {
+	case kindFull:
+		n := len(v) - 1
+		if n == 0 || n > BlockSize {
+			return errCorruptBlock
+		}
+		copy(b.data[:], v[1:])
+		b.ext = append(b.ext, Range{0, int64(n)})
+	case kindZero:
+		if len(v) != 3 {
+			return errCorruptBlock
+		}
+		n := int(binary.LittleEndian.Uint16(v[1:]))
+		if n == 0 || n > BlockSize {
+			return errCorruptBlock
+		}
+		clear(b.data[:n])
+		b.ext = append(b.ext, Range{0, int64(n)})
+	case kindRanges:
+		if len(v) < 3 {
+			return errCorruptBlock
+		}
+		count := int(binary.LittleEndian.Uint16(v[1:]))
+		head := 3 + 4*count
+		if count == 0 || len(v) < head {
+			return errCorruptBlock
+		}
+		for i := 0; i < count; i++ {
+			off := int64(binary.LittleEndian.Uint16(v[3+4*i:]))
+			n := int64(binary.LittleEndian.Uint16(v[5+4*i:]))
+			b.ext = append(b.ext, Range{off, n})
+		}
+		if !b.ext.valid() || b.ext.last() > BlockSize || int64(len(v)-head) != b.ext.last() {
+			return errCorruptBlock
+		}
+		copy(b.data[:], v[head:])
+	default:
+		return errCorruptBlock
+	}
+	return nil
+}
+
+// encode appends b's encoding to dst; nil when nothing is present (the
+// block is to be deleted).
+func (b *block) encode(dst []byte) []byte {
+	if len(b.ext) == 0 {
+		return nil
+	}
+	if len(b.ext) == 1 && b.ext[0].Off == 0 {
+		n := b.ext[0].Len
+		if allZero(b.data[:n]) {
+			return binary.LittleEndian.AppendUint16(append(dst, kindZero), uint16(n))
+		}
+		return append(append(dst, kindFull), b.data[:n]...)
+	}
+	dst = append(dst, kindRanges)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(b.ext)))
+	for _, r := range b.ext {
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Off))
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Len))
+	}
+	return append(dst, b.data[:b.ext.last()]...)
+}
+
+// present returns how many bytes the encoded block v holds.
+func present(v []byte) (int64, error) {
+	if len(v) == 0 {
+		return 0, errCorruptBlock
+	}
+	switch v[0] {
+	case kindFull:
+		return int64(len(v) - 1), nil
+	case kindZero:
+		if len(v) != 3 {
+			return 0, errCorruptBlock
+		}
+		return int64(binary.LittleEndian.Uint16(v[1:])), nil
+	case kindRanges:
+		if len(v) < 3 {
+			return 0, errCorruptBlock
+		}
+		count := int(binary.LittleEndian.Uint16(v[1:]))
+		if len(v) < 3+4*count {
+			return 0, errCorruptBlock
+		}
+		var n int64
+		for i := 0; i < count; i++ {
+			n += int64(binary.LittleEndian.Uint16(v[5+4*i:]))
+		}
+		return n, nil
+	}
+	return 0, errCorruptBlock
+}
+
+// eachRange calls fn for every present range of the encoded block v, in
+// order, with its offset in the block and its bytes (nil for zeros).
+func eachRange(v []byte, fn func(off int64, data []byte, n int64)) error {
+	if len(v) == 0 {
+		return errCorruptBlock
+	}
+	switch v[0] {
+	case kindFull:
+		fn(0, v[1:], int64(len(v)-1))
+	case kindZero:
+		n, err := present(v)
+		if err != nil {
+			return err
+		}
+		fn(0, nil, n)
+	case kindRanges:
+		count := int(binary.LittleEndian.Uint16(v[1:]))
+		head := 3 + 4*count
+		if len(v) < head {
+			return errCorruptBlock
+		}
+		body := v[head:]
+		for i := 0; i < count; i++ {
+			off := int64(binary.LittleEndian.Uint16(v[3+4*i:]))
+			n := int64(binary.LittleEndian.Uint16(v[5+4*i:]))
+			if off+n > int64(len(body)) {
+				return errCorruptBlock
+			}
+			fn(off, body[off:off+n], n)
+		}
+	default:
+		return errCorruptBlock
+	}
+	return nil
+}
+
+func allZero(p []byte) bool {
+	for len(p) >= 8 {
+		if binary.LittleEndian.Uint64(p) != 0 {
+			return false
+		}
+		p = p[8:]
+	}
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func blockErr(op string, ino uint64, idx int64, err error) error {
+	return fmt.Errorf("tier: %s inode %d block %d: %w", op, ino, idx, err)
+}

@@ -1,0 +1,203 @@
+package tier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"bucketfs/internal/kv"
+
+	"golang.org/x/sys/unix"
+)
+
+func openKV(t testing.TB) kv.Store {
+	t.Helper()
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// model is what one file must read as: its content, the base object it was
+// imported from, and Backed.
+type model struct {
+	want   []byte
+	base   []byte
+	backed int64
+	cached int64 // the sum of the deltas the functions returned
+}
+
+// readAll reads the whole file through Read, taking missing ranges from
+// the base object as a caller does.
+func readAll(t *testing.T, db kv.Store, ino uint64, m *model) []byte {
+	t.Helper()
+	p := make([]byte, len(m.want))
+	err := db.View(context.Background(), func(r kv.Reader) error {
+		missing, err := Read(r, ino, p, 0, m.backed)
+		if err != nil {
+			return err
+		}
+		for _, g := range missing {
+			if g.End() > m.backed {
+				t.Fatalf("missing range %v reaches past backed %d", g, m.backed)
+			}
+			copy(p[g.Off:g.End()], m.base[g.Off:])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// stored counts the present bytes of every block of ino, and checks that
+// none lies at or past size.
+func stored(t *testing.T, db kv.Store, ino uint64, size int64) (n int64) {
+	t.Helper()
+	err := db.View(context.Background(), func(r kv.Reader) error {
+		return ranges(r, "test", ino, 0, 1<<62, func(rg Range, _ []byte) {
+			if rg.End() > size {
+				t.Fatalf("block range %v past the size %d", rg, size)
+			}
+			n += rg.Len
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRandomEditsReadBackTheModelAndCountWhatTheyStore applies random
+// writes, fills, punches and truncates to a file imported from a base
+// object, and checks after every step the rules the package keeps: a read
+// (missing ranges taken from the base) returns exactly the file's content,
+// the deltas sum to what the blocks hold, and no block holds bytes past
+// the size.
+func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		db := openKV(t)
+		const ino = 42
+		base := make([]byte, rng.IntN(5*BlockSize))
+		for i := range base {
+			base[i] = byte(rng.IntN(255) + 1)
+		}
+		m := &model{want: bytes.Clone(base), base: base, backed: int64(len(base))}
+		if rng.IntN(3) == 0 { // a file made on the file side
+			m.want, m.base, m.backed = nil, nil, 0
+		}
+		for step := 0; step < 60; step++ {
+			size := int64(len(m.want))
+			var delta int64
+			var op string
+			err := db.Update(context.Background(), func(tx kv.Txn) error {
+				var err error
+				switch rng.IntN(5) {
+				case 0, 1:
+					off := rng.Int64N(size + 2*BlockSize)
+					p := make([]byte, rng.IntN(3*BlockSize)+1)
+					for i := range p {
+						p[i] = byte(rng.IntN(256))
+					}
+					op = "write"
+					delta, err = Write(tx, ino, p, off)
+					if end := off + int64(len(p)); end > size {
+						m.want = append(m.want, make([]byte, end-size)...)
+					}
+					copy(m.want[off:], p)
+				case 2:
+					if size == 0 {
+						return nil
+					}
+					off := rng.Int64N(size)
+					n := min(rng.Int64N(2*BlockSize)+1, size-off)
+					op = "punch"
+					delta, err = Punch(tx, ino, off, n, m.backed)
+					clear(m.want[off : off+n])
+				case 3:
+					ns := rng.Int64N(size + BlockSize + 1)
+					op = "truncate"
+					if ns < size {
+						delta, err = Cut(tx, ino, ns, m.cached)
+						m.want = m.want[:ns]
+						m.backed = min(m.backed, ns)
+					} else {
+						m.want = append(m.want, make([]byte, ns-size)...)
+					}
+				case 4:
+					if m.backed == 0 {
+						return nil
+					}
+					off := rng.Int64N(m.backed)
+					n := min(rng.Int64N(2*BlockSize)+1, int64(len(m.base))-off)
+					op = "fill"
+					delta, err = Fill(tx, ino, m.base[off:off+n], off, m.backed)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("seed %d step %d %s: %v", seed, step, op, err)
+			}
+			m.cached += delta
+			if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
+				t.Fatalf("seed %d step %d after %s: the file reads differently from its model", seed, step, op)
+			}
+			if n := stored(t, db, ino, int64(len(m.want))); n != m.cached {
+				t.Fatalf("seed %d step %d after %s: blocks hold %d bytes, the deltas say %d", seed, step, op, n, m.cached)
+			}
+		}
+	}
+}
+
+func TestSeekFindsWrittenDataAndHolesPastBacked(t *testing.T) {
+	db := openKV(t)
+	const ino = 7
+	// A local file: data at [8192, 8292), hole elsewhere, size 20000.
+	err := db.Update(context.Background(), func(tx kv.Txn) error {
+		_, err := Write(tx, ino, bytes.Repeat([]byte{1}, 100), 2*BlockSize)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.View(context.Background(), func(r kv.Reader) error {
+		if got, err := SeekData(r, ino, 0, 20000, 0); err != nil || got != 2*BlockSize {
+			t.Errorf("SeekData(0) = %d, %v; want %d", got, err, 2*BlockSize)
+		}
+		if got, err := SeekHole(r, ino, 2*BlockSize, 20000, 0); err != nil || got != 2*BlockSize+100 {
+			t.Errorf("SeekHole(8192) = %d, %v; want %d", got, err, 2*BlockSize+100)
+		}
+		if _, err := SeekData(r, ino, 9000, 20000, 0); !errors.Is(err, unix.ENXIO) {
+			t.Errorf("SeekData in the trailing hole: %v, want ENXIO", err)
+		}
+		// Backed bytes are data.
+		if got, err := SeekHole(r, ino, 0, 20000, 5000); err != nil || got != 5000 {
+			t.Errorf("SeekHole(0) with backed 5000 = %d, %v; want 5000", got, err)
+		}
+		return nil
+	})
+}
+
+func TestACorruptBlockIsAnErrorNotWrongBytes(t *testing.T) {
+	db := openKV(t)
+	const ino = 9
+	for _, v := range [][]byte{{}, {kindZero, 0}, {kindRanges, 1, 0}, {9, 1, 2}} {
+		err := db.Update(context.Background(), func(tx kv.Txn) error { return tx.Set(blockKey(ino, 0), v) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.View(context.Background(), func(r kv.Reader) error {
+			_, err := Read(r, ino, make([]byte, 10), 0, 0)
+			return err
+		})
+		if !errors.Is(err, errCorruptBlock) {
+			t.Errorf("reading block %v: %v, want a corrupt block error", v, err)
+		}
+	}
+}
