@@ -56,8 +56,8 @@ type Config struct {
 	// disk for exports and the store's own work (default 64 MiB; negative:
 	// none).
 	DiskReserve int64
-	OpTimeout       time.Duration // bound on one bucket operation (default 30s)
-	PartSize        int64         // multipart part size (default 16 MiB)
+	OpTimeout   time.Duration // bound on one bucket operation (default 30s)
+	PartSize    int64         // multipart part size (default 16 MiB)
 
 	// PollInterval is how often recently used directories are re-listed to
 	// find bucket-side changes (default 10s; negative: never).

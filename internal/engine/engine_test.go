@@ -166,4 +166,3 @@ func TestStatusOfAStoppedFileSystemReadsTheQueue(t *testing.T) {
 		t.Fatal("status of an empty directory succeeded")
 	}
 }
-

@@ -267,7 +267,7 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 	}
 	first, last := off/BlockSize, (off+n-1)/BlockSize
 	count := last - first + 1
-	olds := make([][]byte, count)   // old values the edit needs
+	olds := make([][]byte, count) // old values the edit needs
 	sizes := make([]int64, count) // present bytes of every old block
 	var bad error
 	err = tx.Scan(blockKey(ino, first), blockKey(ino, last+1), func(k, v []byte) bool {

@@ -16,8 +16,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"bucketfs/internal/engine"
-	"bucketfs/internal/meta"
 	bfuse "bucketfs/internal/frontend/fuse"
+	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
 )
