@@ -27,6 +27,8 @@ import (
 	"bucketfs/internal/s3local"
 	bsync "bucketfs/internal/sync"
 	"bucketfs/internal/vfs"
+
+	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Config is everything an Engine needs. Zero values take the defaults that
@@ -75,6 +77,12 @@ type Config struct {
 	// MetricsListen is a TCP address for /metrics and the /events webhook
 	// ("" for none; the admin socket in the state directory serves both).
 	MetricsListen string
+
+	// MetaFS, if set, is the file system the metadata store (namespace and
+	// file data) lives on instead of the operating system's. Power-loss
+	// tests pass Pebble's crashable in-memory file system, which can drop
+	// every write not synced.
+	MetaFS pebblevfs.FS
 
 	Logger *slog.Logger
 }
@@ -151,7 +159,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 			eng.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+	if err := kv.MkdirAllSynced(pebblevfs.Default, cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	if e.lock, err = lockStateDir(cfg.StateDir); err != nil {
@@ -179,7 +187,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if err := e.Bucket.CheckVersioning(ctx); err != nil {
 		return nil, err
 	}
-	if e.KV, err = kv.OpenPebble(filepath.Join(cfg.StateDir, "meta"), kv.PebbleOptions{}); err != nil {
+	if e.KV, err = kv.OpenPebble(filepath.Join(cfg.StateDir, "meta"), kv.PebbleOptions{FS: cfg.MetaFS}); err != nil {
 		return nil, err
 	}
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay}); err != nil {

@@ -57,7 +57,7 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	if opt.FS == nil {
 		opt.FS = vfs.Default
 	}
-	if err := opt.FS.MkdirAll(dir, 0o700); err != nil {
+	if err := MkdirAllSynced(opt.FS, dir); err != nil {
 		return nil, fmt.Errorf("kv: open pebble %s: %w", dir, err)
 	}
 	// Take the directory lock ourselves so a lock failure is told apart
@@ -89,6 +89,34 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	}
 	s := &pebbleStore{db: db, lock: lock, writer: make(chan struct{}, 1)}
 	return s, nil
+}
+
+// MkdirAllSynced creates dir and any missing parents, and makes each new
+// entry durable by syncing the directory that holds it: otherwise a power
+// loss soon after the first start could take the whole store with it,
+// however carefully its own files were synced.
+func MkdirAllSynced(fs vfs.FS, dir string) error {
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	parent := fs.PathDir(dir)
+	if parent != dir {
+		if err := MkdirAllSynced(fs, parent); err != nil {
+			return err
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	d, err := fs.OpenDir(parent)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // quietLogger drops Pebble's routine messages (WAL replay, opening) and

@@ -317,6 +317,16 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
 		return err
 	}
+	// Nothing is done to the bucket on the strength of a file-side state
+	// that a crash could still take back: a rename undone by a power loss
+	// after its copy was made would leave an object no name stands for,
+	// and an object tagged with a generation the file side could hand out
+	// again to other bytes would be adopted as exported. The snapshot was
+	// taken before this sync, so all of it is durable. (Concurrent syncs
+	// share one flush of the log.)
+	if err := e.meta.Sync(ctx); err != nil {
+		return err
+	}
 	paths, underLF, err := snap.Paths(in.Ino)
 	if err != nil {
 		return err
@@ -349,14 +359,9 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 		var src meta.Object // a complete object with the current content
 		switch {
 		case in.Has(meta.DataDirty) || len(in.Keys) == 0:
-			// The object will carry this Gen in its origin tag, and after a
-			// crash an object with the inode's current Gen counts as already
-			// exported: make the Gen durable first (the snapshot was taken
-			// before this sync, so all of it is), so a crash cannot roll it
-			// back and hand the same number to different bytes.
-			if err := e.meta.Sync(ctx); err != nil {
-				return err
-			}
+			// The object carries this Gen in its origin tag, and after a
+			// crash an object with the inode's current Gen counts as
+			// already exported: reconcile made the Gen durable first.
 			obj, err := e.upload(ctx, snap, in, want[0], have[want[0]])
 			if err != nil {
 				return err
@@ -365,10 +370,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			keep = append(keep, obj)
 		case in.Dirty():
 			// Attributes only: rewrite metadata in place where the name is
-			// already exported (the new Gen made durable first, as above).
-			if err := e.meta.Sync(ctx); err != nil {
-				return err
-			}
+			// already exported (the new Gen is durable, as above).
 			if old, ok := have[want[0]]; ok {
 				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid()), IfMatch: old.ETag},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
