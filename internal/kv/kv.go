@@ -36,6 +36,10 @@ type Txn interface {
 	// reuse them when Set returns.
 	Set(key, value []byte) error
 
+	// SetWith stores a value of n bytes at key that fill writes in place,
+	// saving a copy of large values. fill must write all n bytes.
+	SetWith(key []byte, n int, fill func(value []byte)) error
+
 	// Delete removes key. Deleting a missing key is not an error.
 	Delete(key []byte) error
 
@@ -62,6 +66,10 @@ type Store interface {
 	// error is returned unchanged. Commits are visible at once but durable
 	// only after Sync.
 	Update(ctx context.Context, fn func(tx Txn) error) error
+
+	// UpdateSized is Update for a transaction expected to write about size
+	// bytes, so that a large one (file data) is not copied as it grows.
+	UpdateSized(ctx context.Context, size int, fn func(tx Txn) error) error
 
 	// Sync makes every Update committed before the call durable.
 	Sync(ctx context.Context) error

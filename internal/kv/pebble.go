@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -83,6 +84,15 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	// Bloom filters let a lookup of a missing name (every create does one)
 	// skip most sstables. Levels below L0 inherit from L0.
 	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	// File data (package tier) is 4 KiB values: written once to the log
+	// and once, at a flush, into blob files that compactions then move by
+	// reference instead of rewriting, so a large write costs about twice
+	// its size on disk rather than once per level. Blob files with a fifth
+	// of their values dead are rewritten to give the space back.
+	o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: 1024, MaxBlobReferenceDepth: 10,
+			RewriteMinimumAge: time.Minute, TargetGarbageRatio: 0.2}
+	}
 	db, err := pebble.Open(dir, o)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kv: open pebble %s: %w", dir, err), lock.Close())
@@ -152,6 +162,11 @@ func (s *pebbleStore) View(ctx context.Context, fn func(r Reader) error) error {
 // Update implements Store. It holds the writer slot while fn runs and the
 // batch commits, so transactions are serialized.
 func (s *pebbleStore) Update(ctx context.Context, fn func(tx Txn) error) error {
+	return s.UpdateSized(ctx, 0, fn)
+}
+
+// UpdateSized implements Store.
+func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx Txn) error) error {
 	select {
 	case s.writer <- struct{}{}:
 	case <-ctx.Done():
@@ -162,7 +177,12 @@ func (s *pebbleStore) Update(ctx context.Context, fn func(tx Txn) error) error {
 		return err
 	}
 
-	b := s.db.NewIndexedBatch()
+	var b *pebble.Batch
+	if size > 0 {
+		b = s.db.NewIndexedBatchWithSize(size)
+	} else {
+		b = s.db.NewIndexedBatch()
+	}
 	defer b.Close() // discards the batch if it was not committed
 	tx := batchTxn{b: b}
 	if err := fn(&tx); err != nil {
@@ -313,6 +333,16 @@ func (t *batchTxn) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 
 func (t *batchTxn) Set(key, value []byte) error {
 	if err := t.b.Set(key, value, nil); err != nil {
+		return fmt.Errorf("kv: set: %w", err)
+	}
+	return nil
+}
+
+func (t *batchTxn) SetWith(key []byte, n int, fill func(value []byte)) error {
+	op := t.b.SetDeferred(len(key), n)
+	copy(op.Key, key)
+	fill(op.Value)
+	if err := op.Finish(); err != nil {
 		return fmt.Errorf("kv: set: %w", err)
 	}
 	return nil

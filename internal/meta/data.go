@@ -104,7 +104,9 @@ type Limits struct {
 // records the change, in one transaction. now is the new mtime and ctime.
 // It returns the inode as written.
 func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits) (in Inode, err error) {
-	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+	// Room for the blocks with their keys and record headers, and the inode.
+	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
+	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
 		if in, err = regularFile(tx, ino); err != nil {
 			return err
 		}

@@ -105,6 +105,21 @@ func (b *block) decode(v []byte) error {
 	return nil
 }
 
+// encodedLen returns the length of b's encoding; 0 when nothing is present
+// (the block is to be deleted).
+func (b *block) encodedLen() int {
+	switch {
+	case len(b.ext) == 0:
+		return 0
+	case len(b.ext) == 1 && b.ext[0].Off == 0:
+		if allZero(b.data[:b.ext[0].Len]) {
+			return 3
+		}
+		return 1 + int(b.ext[0].Len)
+	}
+	return 3 + 4*len(b.ext) + int(b.ext.last())
+}
+
 // encode appends b's encoding to dst; nil when nothing is present (the
 // block is to be deleted).
 func (b *block) encode(dst []byte) []byte {

@@ -292,7 +292,6 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 		return 0, err
 	}
 	var b block
-	var buf []byte
 	for idx := first; idx <= last; idx++ {
 		start := idx * BlockSize
 		lo, hi := max(off, start)-start, min(off+n, start+BlockSize)-start
@@ -305,14 +304,13 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 		}
 		change(&b, lo, hi, start+lo)
 		key := blockKey(ino, idx)
-		buf = b.encode(buf[:0])
-		if buf == nil {
+		if n := b.encodedLen(); n == 0 {
 			if sizes[idx-first] > 0 {
 				if err := tx.Delete(key); err != nil {
 					return delta, err
 				}
 			}
-		} else if err := tx.Set(key, buf); err != nil {
+		} else if err := tx.SetWith(key, n, func(v []byte) { b.encode(v[:0]) }); err != nil {
 			return delta, err
 		}
 		delta += b.ext.total() - sizes[idx-first]

@@ -18,11 +18,12 @@
 //
 // # Writes
 //
-// Every write lands in the tier and is recorded in meta as a data change,
-// which (re)starts the export quiet period. Writing into a large imported
-// file never downloads the rest of it: untouched ranges stay in the bucket
-// and the exporter copies them server side. fsync makes the tier data and
-// the metadata durable.
+// Every write lands in the tier in the same transaction as its record in
+// meta (size, times, a data change that (re)starts the export quiet
+// period), so a crash never separates a file's bytes from its record.
+// Writing into a large imported file never downloads the rest of it:
+// untouched ranges stay in the bucket and the exporter copies them server
+// side. fsync is one sync of the store that holds both.
 //
 // # Permissions
 //
