@@ -24,14 +24,16 @@ import (
 //	Q<due><ino>                 the same entries ordered by time
 //	c/queued                    number of q entries
 //	k<object key>               the inode whose Keys hold that object key
+//	u<upload id>                object key of a multipart upload in flight (uploads.go)
 const (
-	pInode = 'i'
-	pEntry = 'd'
-	pLink  = 'l'
-	pXattr = 'x'
-	pQueue = 'q'
-	pDue   = 'Q'
-	pKey   = 'k'
+	pInode  = 'i'
+	pEntry  = 'd'
+	pLink   = 'l'
+	pXattr  = 'x'
+	pQueue  = 'q'
+	pDue    = 'Q'
+	pKey    = 'k'
+	pUpload = 'u'
 )
 
 var (
