@@ -617,7 +617,7 @@ func (e *Exporter) uploadFile(ctx context.Context, in *meta.Inode, key string, o
 		}
 		parts = append(parts, bucket.Part{Off: off, Len: n, Src: snap})
 	}
-	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
+	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, e.journalUploads(key, opt))
 }
 
 // fetchInto copies ranges of the base object into the snapshot file.
