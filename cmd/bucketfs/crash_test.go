@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"bucketfs/internal/s3test"
 )
 
 // These tests run the real binary: `bucketfs mount` on the embedded store,
@@ -40,7 +42,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build bucketfs: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := s3test.Main(m) // closes the in-process store, if a test started one
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -53,6 +55,7 @@ type fsProc struct {
 	s3Addr   string
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
+	env      []string // added to the environment of the process
 }
 
 func freeAddr(t *testing.T) string {
@@ -74,6 +77,7 @@ func (p *fsProc) start(flags ...string) {
 	args := append([]string{"mount", "--state-dir", p.stateDir, "--s3-listen", p.s3Addr}, flags...)
 	args = append(args, p.mnt)
 	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), p.env...)
 	p.log = &bytes.Buffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

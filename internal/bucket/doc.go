@@ -13,7 +13,11 @@
 // overwritten. Writes are conditional on what the caller last saw: If-Match
 // an ETag, or If-None-Match "*" to create only; a failed condition is
 // ErrPrecondition and never a partial write. Nothing is ever exported
-// partially: PutParts aborts its multipart upload on any failure.
+// partially: PutParts aborts its multipart upload on any failure. A crash
+// in the middle of one cannot abort it, and its parts would stay stored
+// (and billed) forever: PutOptions.OnUploadStart hands the caller the
+// upload id before any part is sent, to record it durably, and
+// AbortUpload aborts a recorded upload at the next start.
 //
 // # Errors
 //

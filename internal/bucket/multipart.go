@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 )
 
 const (
@@ -36,7 +38,9 @@ type Part struct {
 // at most parallel at a time (default 4), and the upload is completed with
 // opt's conditions. Parts must tile the object in order from offset 0, and
 // every part but the last must be at least MinPartSize. On any failure the
-// upload is aborted, so nothing partial is left behind.
+// upload is aborted, so nothing partial is left behind. A crash can still
+// leave the upload behind, parts and all; opt.OnUploadStart and
+// opt.OnUploadEnd let the caller keep a record to abort it by later.
 func (c *Client) PutParts(ctx context.Context, key string, parts []Part, parallel int, opt PutOptions) (ObjectInfo, error) {
 	size, err := checkParts(parts)
 	if err != nil {
@@ -61,10 +65,17 @@ func (c *Client) PutParts(ctx context.Context, key string, parts []Part, paralle
 		return ObjectInfo{}, c.fail(op, "start multipart upload of", key, err)
 	}
 	uploadID := created.UploadId
+	if opt.OnUploadStart != nil {
+		if err := opt.OnUploadStart(ctx, aws.ToString(uploadID)); err != nil {
+			c.abandon(ctx, key, uploadID, opt)
+			return ObjectInfo{}, fmt.Errorf("bucket: start multipart upload of s3://%s/%s%s: %w", c.bucket, c.prefix, key, err)
+		}
+		op.progress() // the caller's time, not the store's
+	}
 
 	completed, err := c.uploadParts(op, key, uploadID, parts, parallel)
 	if err != nil {
-		c.abort(ctx, key, uploadID)
+		c.abandon(ctx, key, uploadID, opt)
 		return ObjectInfo{}, err
 	}
 	op.progress() // completing may take a while on the store's side
@@ -77,8 +88,12 @@ func (c *Client) PutParts(ctx context.Context, key string, parts []Part, paralle
 		IfNoneMatch:     opt.ifNoneMatch(),
 	})
 	if err != nil {
-		c.abort(ctx, key, uploadID)
-		return ObjectInfo{}, c.fail(op, "complete multipart upload of", key, err)
+		err = c.fail(op, "complete multipart upload of", key, err)
+		c.abandon(ctx, key, uploadID, opt)
+		return ObjectInfo{}, err
+	}
+	if opt.OnUploadEnd != nil {
+		opt.OnUploadEnd(context.WithoutCancel(ctx), aws.ToString(uploadID))
 	}
 	return ObjectInfo{
 		Key:         key,
@@ -197,14 +212,34 @@ func (c *Client) uploadPart(ctx context.Context, op *opTimer, key string, upload
 	return out.ETag, nil
 }
 
-// abort aborts a multipart upload, even if ctx is already done: an upload
-// left behind keeps its parts (and their cost) forever.
-func (c *Client) abort(ctx context.Context, key string, uploadID *string) {
-	op := c.startOp(context.WithoutCancel(ctx))
+// abandon aborts a multipart upload that will not be completed, even if
+// ctx is already done: an upload left behind keeps its parts (and their
+// cost) forever. Once the upload is gone it tells opt.OnUploadEnd. An abort
+// that fails leaves the upload to the record the caller made at
+// OnUploadStart, or else to the bucket's lifecycle rules
+// (AbortIncompleteMultipartUpload); PutParts has its own error to return.
+func (c *Client) abandon(ctx context.Context, key string, uploadID *string, opt PutOptions) {
+	ctx = context.WithoutCancel(ctx)
+	if err := c.AbortUpload(ctx, key, aws.ToString(uploadID)); err != nil {
+		return
+	}
+	if opt.OnUploadEnd != nil {
+		opt.OnUploadEnd(ctx, aws.ToString(uploadID))
+	}
+}
+
+// AbortUpload aborts the multipart upload uploadID of key, dropping the
+// parts stored so far. An upload the store does not know (NoSuchUpload:
+// completed or aborted already) counts as aborted.
+func (c *Client) AbortUpload(ctx context.Context, key, uploadID string) error {
+	op := c.startOp(ctx)
 	defer op.done()
-	// An abort that fails leaves the upload to the bucket's lifecycle rules
-	// (AbortIncompleteMultipartUpload); there is nobody to report it to.
-	_, _ = c.s3.AbortMultipartUpload(op.ctx, &s3.AbortMultipartUploadInput{
-		Bucket: &c.bucket, Key: c.key(key), UploadId: uploadID,
+	_, err := c.s3.AbortMultipartUpload(op.ctx, &s3.AbortMultipartUploadInput{
+		Bucket: &c.bucket, Key: c.key(key), UploadId: &uploadID,
 	})
+	var apiErr smithy.APIError
+	if err == nil || errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchUpload" {
+		return nil
+	}
+	return c.fail(op, "abort multipart upload "+uploadID+" of", key, err)
 }

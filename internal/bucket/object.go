@@ -42,6 +42,22 @@ type PutOptions struct {
 	IfNoneMatch bool
 	Metadata    map[string]string
 	ContentType string
+
+	// OnUploadStart, if set, is called by PutParts with the id of its
+	// multipart upload as soon as the store has created it, before any part
+	// is sent: the moment to record the upload somewhere durable, so that
+	// one a crash cuts short can be aborted later (AbortUpload) instead of
+	// keeping its parts in the bucket forever. If it returns an error, the
+	// upload is aborted and PutParts returns that error. Put and Copy make
+	// no multipart upload and ignore it.
+	OnUploadStart func(ctx context.Context, uploadID string) error
+	// OnUploadEnd, if set, is called by PutParts once an upload it told
+	// OnUploadStart about is gone from the store: completed, or aborted
+	// (also after OnUploadStart failed). It is not called when the abort
+	// itself failed, since the upload is then still there; whoever recorded
+	// it should keep the record and abort it later. Its context carries the
+	// caller's values but is never cancelled.
+	OnUploadEnd func(ctx context.Context, uploadID string)
 }
 
 func (o PutOptions) ifMatch() *string { return matchETag(o.IfMatch) }

@@ -193,6 +193,11 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay}); err != nil {
 		return nil, err
 	}
+	// Multipart uploads the last run started and never ended (a crash)
+	// keep their parts in the bucket until aborted; this is the one moment
+	// none of ours is in flight. Failures are logged and left for the next
+	// start.
+	bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log)
 	supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
 	if err != nil {
 		return nil, err

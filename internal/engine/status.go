@@ -44,6 +44,7 @@ type Status struct {
 	LastCheckpoint    time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
 	Listings          []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
 	LostFound         int                     `json:"lost_found_files"`
+	UploadsInFlight   int                     `json:"uploads_in_flight"` // multipart uploads journaled and not yet ended
 	TierBytes         int64                   `json:"tier_bytes"`
 	TierDirtyBytes    int64                   `json:"tier_dirty_bytes"`
 	TierCleanBytes    int64                   `json:"tier_clean_bytes"`
@@ -105,6 +106,11 @@ func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *S
 	if st.LostFound, err = m.LostFoundCount(ctx); err != nil {
 		return err
 	}
+	ups, err := m.Uploads(ctx)
+	if err != nil {
+		return err
+	}
+	st.UploadsInFlight = len(ups)
 	return nil
 }
 

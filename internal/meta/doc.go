@@ -2,8 +2,8 @@
 // transactional key-value store (package kv): inodes with their POSIX
 // attributes, directory entries, the reverse link records that give every
 // inode its paths, extended attributes, per-directory import state, the
-// per-inode sync state, and the queue of inodes the exporter must reconcile
-// with the bucket.
+// per-inode sync state, the queue of inodes the exporter must reconcile
+// with the bucket, and the journal of multipart uploads in flight.
 //
 // # Model
 //

@@ -287,3 +287,42 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ups, err := s.Uploads(ctx); err != nil || len(ups) != 0 {
+		t.Fatalf("a new file system records uploads %v, %v", ups, err)
+	}
+	for id, key := range map[string]string{"id-1": "dir/big", "id-2": "other", "id-3": "dir/big"} {
+		if err := s.BeginUpload(ctx, id, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.EndUpload(ctx, "id-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndUpload(ctx, "never-recorded"); err != nil {
+		t.Fatalf("ending an upload with no record: %v", err)
+	}
+	db.Close()
+
+	s = openStore(t, dir)
+	ups, err := s.Uploads(ctx)
+	want := []Upload{{ID: "id-1", Key: "dir/big"}, {ID: "id-3", Key: "dir/big"}}
+	if err != nil || len(ups) != len(want) || ups[0] != want[0] || ups[1] != want[1] {
+		t.Fatalf("after reopen the journal holds %v, %v; want %v", ups, err, want)
+	}
+	// The records sit beside the namespace without disturbing it.
+	if n, _, _ := s.QueueStats(ctx); n != 0 {
+		t.Fatalf("%d queued exports", n)
+	}
+}

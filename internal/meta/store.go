@@ -26,14 +26,16 @@ import (
 //	k<object key>               the inode whose Keys hold that object key
 //	b<ino><block index>         a block of file data (package tier)
 //	c/usage                     bytes the blocks hold: in all, of dirty files
+//	u<upload id>                object key of a multipart upload in flight (uploads.go)
 const (
-	pInode = 'i'
-	pEntry = 'd'
-	pLink  = 'l'
-	pXattr = 'x'
-	pQueue = 'q'
-	pDue   = 'Q'
-	pKey   = 'k'
+	pInode  = 'i'
+	pEntry  = 'd'
+	pLink   = 'l'
+	pXattr  = 'x'
+	pQueue  = 'q'
+	pDue    = 'Q'
+	pKey    = 'k'
+	pUpload = 'u'
 )
 
 var (

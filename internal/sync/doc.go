@@ -14,7 +14,9 @@
 // name that went away is deleted; a renamed file is copied and then deleted;
 // a renamed directory first makes sure its whole subtree is imported, then
 // queues its children. Every upload is a complete object version: multipart
-// uploads are aborted on failure and never leave a partial object.
+// uploads are aborted on failure and never leave a partial object. Those a
+// crash cuts short are journaled in meta and aborted at the next start
+// (uploads.go).
 //
 // Writes go on during an upload: the inode records a generation number, and
 // an upload only marks the inode clean if no write happened meanwhile;

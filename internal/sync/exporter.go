@@ -625,7 +625,7 @@ func (e *Exporter) uploadFile(ctx context.Context, snap *meta.Snapshot, in *meta
 		}
 		parts = append(parts, bucket.Part{Off: off, Len: n, Src: &exportBody{ctx: ctx, e: e, snap: snap, in: in, lo: off, hi: off + n}})
 	}
-	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, opt)
+	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, e.journalUploads(key, opt))
 }
 
 // exportBody reads [lo, hi) of a file as a snapshot holds it: the tier's

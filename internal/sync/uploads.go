@@ -1,0 +1,80 @@
+package sync
+
+import (
+	"context"
+	"log/slog"
+
+	"bucketfs/internal/bucket"
+	"bucketfs/internal/meta"
+)
+
+// Multipart uploads cut short by a crash.
+//
+// A multipart upload stores its parts in the bucket as they are sent, and
+// only CompleteMultipartUpload or AbortMultipartUpload ever removes them.
+// PutParts aborts on every failure it sees, but a crash (kill -9, power
+// loss) sees nothing: the upload stays, invisible to listings, its parts
+// stored and billed forever. Other tools may be uploading into the same
+// bucket, so an upload may only be aborted if bucketfs knows it started it.
+//
+// So the exporter journals its uploads in the metadata store (meta.Upload):
+// the record of an upload is made durable after CreateMultipartUpload and
+// before the first part is sent (bucket.PutOptions.OnUploadStart), and
+// deleted, without a sync, once the upload is completed or aborted
+// (OnUploadEnd). At the next start, before the exporter runs, every upload
+// still recorded is one a crash cut short, and AbortOrphanedUploads aborts
+// it. A record whose upload did end (the deletion was not durable yet)
+// names an id the store no longer knows, which AbortUpload takes as done.
+//
+// A crash between CreateMultipartUpload and the journal's sync leaves an
+// upload with no record; it has no parts either, so it holds no data, and
+// a lifecycle rule (AbortIncompleteMultipartUpload) is the way to clear
+// such uploads, as for any other tool's.
+
+// journalUploads returns opt with hooks that keep the journal of uploads in
+// flight in step with the multipart upload PutParts makes of key. An upload
+// whose record cannot be made durable is aborted before its first part.
+func (e *Exporter) journalUploads(key string, opt bucket.PutOptions) bucket.PutOptions {
+	opt.OnUploadStart = func(ctx context.Context, id string) error {
+		return e.meta.BeginUpload(ctx, id, key)
+	}
+	opt.OnUploadEnd = func(ctx context.Context, id string) {
+		if err := e.meta.EndUpload(ctx, id); err != nil {
+			e.log.Warn("forget an ended multipart upload; the next start aborts it again, harmlessly",
+				"key", key, "upload", id, "err", err)
+		}
+	}
+	return opt
+}
+
+// AbortOrphanedUploads aborts every multipart upload the journal records
+// and deletes its record. Call it at start, before the exporter runs: every
+// recorded upload is then one a crash cut short. It returns how many it
+// aborted (or found gone already) and logs the count. An upload it fails to
+// abort, and a record it fails to delete, stay in the journal for the next
+// start; the failure is logged and the start goes on.
+func AbortOrphanedUploads(ctx context.Context, m *meta.Store, b *bucket.Client, log *slog.Logger) int {
+	ups, err := m.Uploads(ctx)
+	if err != nil {
+		log.Warn("cannot read the journal of multipart uploads; uploads a crash cut short stay in the bucket until the next start",
+			"err", err)
+		return 0
+	}
+	aborted, failed := 0, 0
+	for _, u := range ups {
+		if err := b.AbortUpload(ctx, u.Key, u.ID); err != nil {
+			failed++
+			log.Warn("abort a multipart upload a crash cut short; trying again at the next start",
+				"key", u.Key, "upload", u.ID, "err", err)
+			continue
+		}
+		if err := m.EndUpload(ctx, u.ID); err != nil {
+			log.Warn("forget an aborted multipart upload", "key", u.Key, "upload", u.ID, "err", err)
+		}
+		aborted++
+	}
+	if len(ups) > 0 {
+		log.Info("aborted multipart uploads a crash cut short", "aborted", aborted, "failed", failed)
+	}
+	return aborted
+}
