@@ -326,3 +326,43 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 		t.Fatalf("%d queued exports", n)
 	}
 }
+
+// A namespace written before file data moved into the store (inode records
+// of version 1, the data kept in STATE_DIR/tier) is refused with a message
+// that says what to do, never read as files without their data.
+func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
+	dir := t.TempDir()
+	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Make every inode record look like one of version 1.
+	err = db.Update(ctx, func(tx kv.Txn) error {
+		var recs [][2][]byte
+		if err := tx.Scan([]byte{pInode}, kv.PrefixEnd([]byte{pInode}), func(k, v []byte) bool {
+			recs = append(recs, [2][]byte{append([]byte(nil), k...), append([]byte{1}, v[1:]...)})
+			return true
+		}); err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if err := tx.Set(r[0], r[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s
+	if _, err := Open(ctx, db, Options{}); !errors.Is(err, ErrOldFormat) {
+		t.Fatalf("opening an old namespace: %v, want ErrOldFormat", err)
+	}
+	db.Close()
+}
