@@ -27,6 +27,7 @@ import (
 //	b<ino><block index>         a block of file data (package tier)
 //	c/usage                     bytes the blocks hold: in all, of dirty files
 //	u<upload id>                object key of a multipart upload in flight (uploads.go)
+//	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
 const (
 	pInode  = 'i'
 	pEntry  = 'd'
@@ -36,6 +37,7 @@ const (
 	pDue    = 'Q'
 	pKey    = 'k'
 	pUpload = 'u'
+	pIntent = 'e'
 )
 
 var (

@@ -118,6 +118,10 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		if err := putInode(tx, &in); err != nil {
 			return err
 		}
+		// What the intents stood for is recorded in Keys now.
+		if err := dropIntents(tx, q.Ino); err != nil {
+			return err
+		}
 		at, queued, err := queuedAt(tx, q.Ino)
 		if err != nil {
 			return err
@@ -144,6 +148,9 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		in, err := getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {
+			if err := dropIntents(tx, ino); err != nil {
+				return err
+			}
 			return dequeue(tx, ino)
 		}
 		if err != nil {
@@ -156,6 +163,9 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 			return err
 		}
 		if err := tier.Drop(tx, uint64(ino)); err != nil {
+			return err
+		}
+		if err := dropIntents(tx, ino); err != nil {
 			return err
 		}
 		u := usageOf(&in)

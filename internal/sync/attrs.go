@@ -47,6 +47,18 @@ func originOf(md map[string]string) (inode string, gen uint64, ok bool) {
 	return v[:i], g, err == nil
 }
 
+// ourInode returns the inode of this file system that wrote an object,
+// from its origin tag.
+func (im *Importer) ourInode(md map[string]string) (meta.Ino, bool) {
+	who, _, ok := originOf(md)
+	fsid, num, found := strings.Cut(who, "/")
+	if !ok || !found || fsid != im.meta.Fsid() {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	return meta.Ino(n), err == nil
+}
+
 // Defaults for objects written by tools that record no POSIX attributes.
 const (
 	defaultFileMode = syscall.S_IFREG | 0o644

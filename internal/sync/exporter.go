@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	gosync "sync"
 	"sync/atomic"
+	"strings"
 	"syscall"
 	"time"
 
@@ -317,16 +318,6 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
 		return err
 	}
-	// Nothing is done to the bucket on the strength of a file-side state
-	// that a crash could still take back: a rename undone by a power loss
-	// after its copy was made would leave an object no name stands for,
-	// and an object tagged with a generation the file side could hand out
-	// again to other bytes would be adopted as exported. The snapshot was
-	// taken before this sync, so all of it is durable. (Concurrent syncs
-	// share one flush of the log.)
-	if err := e.meta.Sync(ctx); err != nil {
-		return err
-	}
 	paths, underLF, err := snap.Paths(in.Ino)
 	if err != nil {
 		return err
@@ -340,6 +331,24 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 			p += "/"
 		}
 		want = append(want, p)
+	}
+	// Every key this reconcile may write is recorded first (see
+	// meta.AddIntents), made durable by the sync below.
+	if err := e.meta.AddIntents(ctx, in.Ino, want); err != nil {
+		return err
+	}
+	// Nothing is done to the bucket on the strength of a file-side state
+	// that a crash could still take back: a rename undone by a power loss
+	// after its copy was made would leave an object no name stands for,
+	// and an object tagged with a generation the file side could hand out
+	// again to other bytes would be adopted as exported. The snapshot was
+	// taken before this sync, so all of it is durable. (Concurrent syncs
+	// share one flush of the log.)
+	if err := e.meta.Sync(ctx); err != nil {
+		return err
+	}
+	if err := e.dropLeftovers(ctx, &in, want); err != nil {
+		return err
 	}
 	if in.IsDir() {
 		return e.reconcileDir(ctx, q, &in, want)
@@ -462,6 +471,63 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 	return nil
 }
 
+// dropLeftovers deletes the objects an earlier reconcile of in may have
+// written without recording them (a crash came between), under keys in
+// no longer wants and does not know of: an intent without a record. Only
+// an object that is still this inode's (by its origin tag) is deleted;
+// anything else at the key belongs to someone else and stays.
+func (e *Exporter) dropLeftovers(ctx context.Context, in *meta.Inode, want []string) error {
+	intents, err := e.meta.Intents(ctx, in.Ino)
+	if err != nil || len(intents) == 0 {
+		return err
+	}
+	known := map[string]bool{}
+	for _, k := range want {
+		known[k] = true
+	}
+	for _, k := range in.Keys {
+		known[k.Key] = true
+	}
+	for _, key := range intents {
+		if known[key] {
+			continue
+		}
+		if err := e.deleteIfOurs(ctx, in.Ino, key); err != nil {
+			return err
+		}
+		if err := e.meta.DropIntent(ctx, in.Ino, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteIfOurs deletes the object at key if this inode wrote it (its origin
+// tag names the inode) and no other inode has recorded it since.
+func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) error {
+	defer e.keys.Lock(key)()
+	if owner, owned, err := e.meta.KeyOwner(ctx, key); err != nil {
+		return err
+	} else if owned && owner.Ino != ino {
+		return nil
+	}
+	cur, err := e.bucket.Head(ctx, key, "")
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	if who, _, ok := originOf(cur.Metadata); !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
+		return nil
+	}
+	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version", cur.VersionID)
+	if err := e.bucket.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	return nil
+}
+
 // conflictError says the bucket changed key since the file side last saw
 // it; the importer resolves it (the bucket wins).
 type conflictError struct {
@@ -498,7 +564,18 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	case err != nil:
 		return "", fmt.Errorf("delete %q: %w", k.Key, err)
 	case cur.ETag != k.ETag:
-		return k.Key, nil
+		// Not what the file side recorded. If this inode wrote it under
+		// an intent (an upload a crash kept from being recorded), it is
+		// ours to delete; anything else is a bucket-side change.
+		who, _, ok := originOf(cur.Metadata)
+		if !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
+			return k.Key, nil
+		}
+		if intended, err := e.meta.HasIntent(ctx, ino, k.Key); err != nil {
+			return "", err
+		} else if !intended {
+			return k.Key, nil
+		}
 	}
 	if err := e.bucket.Delete(ctx, k.Key); err != nil {
 		return "", fmt.Errorf("delete %q: %w", k.Key, err)
@@ -569,8 +646,9 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			if oerr != nil {
 				return info, err
 			}
-			who, gen, mine := originOf(cur.Metadata)
-			mine = mine && who == inodeOrigin(e.meta.Fsid(), in.Ino)
+			who, gen, tagged := originOf(cur.Metadata)
+			mine := tagged && who == inodeOrigin(e.meta.Fsid(), in.Ino)
+			ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 			switch {
 			case mine && gen == in.Gen:
 				return cur, nil // this very export, done before a crash
@@ -580,6 +658,11 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 				// unlinked or renamed away and not yet exported): this
 				// export replaces that object, and that inode's reconcile
 				// leaves it alone.
+			case ours && !owned:
+				// Written by an inode of this file system that no longer
+				// records it (its name moved on and a crash, or a later
+				// change, came before its delete): file-side history, not
+				// a bucket-side change. This export replaces it.
 			default:
 				return info, err
 			}

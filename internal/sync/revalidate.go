@@ -125,6 +125,28 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		return fmt.Errorf("revalidate %q: %w", key, err)
 	}
 	im.validated(res.Child)
+	if exists {
+		// An object of ours that an export intent names: the exporter
+		// wrote it and a crash came before the record; it adopts or
+		// deletes it (meta.AddIntents). It is no bucket-side change.
+		if ino, ok := im.ourInode(head.Metadata); ok {
+			if pending, err := im.meta.HasIntent(ctx, ino, key); err != nil {
+				return err
+			} else if pending {
+				return nil
+			}
+		}
+	}
+	if !owned {
+		// The exporter may have recorded an upload of this key for another
+		// inode since the first look (dropping its intent as it did): look
+		// again, holding that inode's lock.
+		if o, ok, err := im.meta.KeyOwner(ctx, key); err != nil {
+			return err
+		} else if ok && (res.Child == nil || o.Ino != res.Child.Ino) {
+			return syscall.EAGAIN
+		}
+	}
 	if owned && (res.Child == nil || owner.Ino != res.Child.Ino) {
 		if !exists || knownETag(&owner, key) == head.ETag {
 			return nil // the exporter will carry out the file-side change
@@ -170,6 +192,18 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	}
 	if !exists && known.Key == "" {
 		return nil // a file-side name the bucket never had
+	}
+	if exists && known.Key == "" {
+		// The file side holds this name but never exported this inode
+		// under it (a rename onto it, or a new name, not exported yet),
+		// clean or not. An object of ours there is what an earlier holder
+		// of the name exported: the exporter replaces it. Anything else was
+		// made in the bucket while the file side made the name: both sides
+		// changed it, and the bucket wins.
+		if _, ours := im.ourInode(head.Metadata); ours {
+			return nil
+		}
+		return im.conflict(ctx, key, res, head, exists)
 	}
 	if child.Dirty() {
 		return im.conflict(ctx, key, res, head, exists)
