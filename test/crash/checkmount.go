@@ -1,0 +1,325 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Rules, as the report names them.
+const (
+	ruleFsync      = "fsync'ed means kept"
+	ruleReal       = "only real versions"
+	ruleLostFound  = "only real versions (lost+found)"
+	ruleBucket     = "only real versions in the bucket"
+	ruleConverged  = "after the flush the bucket equals the mount"
+	ruleMultipart  = "no incomplete multipart uploads after restart + flush"
+	ruleWriter     = "no call fails while bucketfs is alive"
+	ruleRestart    = "bucketfs restarts on its state after the kill"
+	lostFoundStart = ".bucketfs-lost+found-"
+)
+
+// A violation is one broken rule, with what the report prints about it.
+type violation struct {
+	rule     string
+	file     int // -1 when no one file is concerned
+	name     string
+	expected string
+	read     string
+	note     string
+}
+
+// readFile is one file read back from the mount.
+type readFile struct {
+	path string // relative to the mount
+	data []byte
+	err  error
+}
+
+// observation is the tree the mount shows after the restart.
+type observation struct {
+	files     map[string]readFile // names of the pool
+	unknown   []readFile          // any other file outside lost+found
+	lostFound []readFile
+	noSubdir  bool // the directory d, made and fsync'ed before the writer started, is gone
+}
+
+// observe reads every file of the mount.
+func observe(mnt string) (*observation, error) {
+	obs := &observation{files: map[string]readFile{}, noSubdir: true}
+	var walk func(rel string, lostFound bool) error
+	walk = func(rel string, lostFound bool) error {
+		ents, err := os.ReadDir(filepath.Join(mnt, rel))
+		if err != nil {
+			return fmt.Errorf("list %q: %w", rel, err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(rel, e.Name())
+			switch {
+			case e.IsDir():
+				lf := lostFound || (rel == "" && strings.HasPrefix(e.Name(), lostFoundStart))
+				if p == subdir {
+					obs.noSubdir = false
+				} else if !lf {
+					obs.unknown = append(obs.unknown, readFile{path: p + "/", err: errors.New("unknown directory")})
+				}
+				if err := walk(p, lf); err != nil {
+					return err
+				}
+				continue
+			case lostFound:
+				obs.lostFound = append(obs.lostFound, readBack(mnt, p))
+			case inPool(p):
+				obs.files[p] = readBack(mnt, p)
+			default:
+				obs.unknown = append(obs.unknown, readBack(mnt, p))
+			}
+		}
+		return nil
+	}
+	return obs, walk("", false)
+}
+
+// readBack reads one file, giving up after two minutes (bucketfs answers
+// EIO after 30 s without progress from the store).
+func readBack(mnt, rel string) readFile {
+	done := make(chan readFile, 1)
+	go func() {
+		b, err := os.ReadFile(filepath.Join(mnt, rel))
+		done <- readFile{path: rel, data: b, err: err}
+	}()
+	select {
+	case rf := <-done:
+		return rf
+	case <-time.After(2 * time.Minute):
+		return readFile{path: rel, err: errors.New("read did not return within 2 minutes")}
+	}
+}
+
+func (rf readFile) describe() string {
+	if rf.err != nil {
+		return "read error: " + rf.err.Error()
+	}
+	return describeBytes(rf.data)
+}
+
+// checkMount checks the rules on the tree the mount shows after the
+// restart:
+//
+//   - fsync'ed means kept: a file whose last change before the kill was
+//     fsync'ed shows exactly that state (name and bytes).
+//   - only real versions: every file shows one full state it had at some
+//     moment at or after its last fsync (a state it exported is one of
+//     those; one exported before the fsync is not allowed to win); a file
+//     never fsync'ed may be absent. Never a read error, zeros nobody
+//     wrote, a mix of two states, or a cut to another size. A name
+//     the writer never made, outside lost+found, is a violation.
+//   - lost+found: what is kept there is counted as crash damage, and must
+//     be a real state of some file too.
+//
+// Each file may pick any of its allowed states, but two files cannot show
+// under one name, so the check looks for one assignment of the names shown
+// to the files that explains the whole tree.
+func checkMount(m *model, obs *observation) []violation {
+	var vs []violation
+	if obs.noSubdir {
+		vs = append(vs, violation{rule: ruleFsync, file: -1, name: subdir + "/",
+			expected: "directory d (made and fsync'ed before the writer started)", read: "absent"})
+	}
+	for _, rf := range obs.unknown {
+		vs = append(vs, violation{rule: ruleReal, file: firstOr(wordFiles(rf.data), -1), name: rf.path,
+			expected: "no such name: the writer never made it", read: rf.describe()})
+	}
+	for _, name := range names {
+		if rf, ok := obs.files[name]; ok && rf.err != nil {
+			vs = append(vs, violation{rule: ruleReal, file: firstOr(holdersOf(m, name), -1), name: name,
+				expected: "a readable file (never EIO while a good copy exists)", read: rf.describe()})
+		}
+	}
+	vs = append(vs, assign(m, obs)...)
+	for _, rf := range obs.lostFound {
+		if rf.err == nil && realAnywhere(m, rf.data) {
+			continue
+		}
+		vs = append(vs, violation{rule: ruleLostFound, file: firstOr(wordFiles(rf.data), -1), name: rf.path,
+			expected: "a full state some file had", read: rf.describe()})
+	}
+	return vs
+}
+
+// realAnywhere reports whether data is a full state some file had, under
+// any name.
+func realAnywhere(m *model, data []byte) bool {
+	for _, f := range m.files {
+		if _, ok := f.realState("", data); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// option is one way a file can explain the tree: showing under name (""
+// for absent) as its state idx.
+type option struct {
+	name string
+	idx  int
+}
+
+// options lists the allowed states of f that agree with what the mount
+// shows, one per name.
+func options(f *fileModel, obs *observation) []option {
+	var opts []option
+	seen := map[string]bool{}
+	for _, i := range f.candidates() {
+		s := f.states[i]
+		if seen[s.name] {
+			continue
+		}
+		ok := s.name == ""
+		if rf, shown := obs.files[s.name]; s.name != "" && shown {
+			// A read error is reported on its own; do not let it
+			// also make the file look lost.
+			ok = rf.err != nil || s.c.equal(rf.data) || (s.torn != nil && s.torn.matches(rf.data))
+		}
+		if ok {
+			seen[s.name] = true
+			opts = append(opts, option{s.name, i})
+		}
+	}
+	return opts
+}
+
+// assign finds an assignment of the names shown to the files, each file
+// taking one of its options and each name shown taken by exactly one file.
+// When there is none it says why, file by file.
+func assign(m *model, obs *observation) []violation {
+	opts := make([][]option, numFiles)
+	for i, f := range m.files {
+		opts[i] = options(f, obs)
+	}
+	used := map[string]bool{}
+	var try func(i int) bool
+	try = func(i int) bool {
+		if i == numFiles {
+			for name := range obs.files {
+				if !used[name] {
+					return false
+				}
+			}
+			return true
+		}
+		for _, o := range opts[i] {
+			if o.name != "" && used[o.name] {
+				continue
+			}
+			used[o.name] = o.name != ""
+			if try(i + 1) {
+				return true
+			}
+			delete(used, o.name)
+		}
+		return false
+	}
+	if try(0) {
+		return nil
+	}
+	var vs []violation
+	explained := map[string]bool{}
+	for i, f := range m.files {
+		if len(opts[i]) > 0 {
+			continue
+		}
+		rule := ruleReal
+		if f.fsyncedLast() {
+			rule = ruleFsync
+		}
+		v := violation{rule: rule, file: i, expected: f.describeCandidates()}
+		var reads []string
+		seen := map[string]bool{}
+		for _, idx := range f.candidates() {
+			name := f.states[idx].name
+			if name == "" || seen[name] {
+				continue
+			}
+			seen[name], explained[name] = true, true
+			if v.name == "" {
+				v.name = name
+			}
+			if rf, ok := obs.files[name]; ok {
+				reads = append(reads, name+": "+rf.describe())
+			} else {
+				reads = append(reads, name+": absent")
+			}
+		}
+		v.read = strings.Join(reads, "\n      ")
+		vs = append(vs, v)
+	}
+	// Names shown that no file can explain.
+	for _, name := range names {
+		rf, ok := obs.files[name]
+		if !ok || explained[name] || coverable(opts, name) {
+			continue
+		}
+		v := violation{rule: ruleReal, file: firstOr(wordFiles(rf.data), -1), name: name, read: rf.describe()}
+		if v.file < 0 {
+			v.file = firstOr(holdersOf(m, name), -1)
+		}
+		if v.file >= 0 {
+			f := m.files[v.file]
+			v.expected = f.describeCandidates()
+			if f.fsyncedLast() {
+				v.rule = ruleFsync
+			}
+		} else {
+			v.expected = "no file ever had this name"
+		}
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		var shown []string
+		for name := range obs.files {
+			shown = append(shown, name)
+		}
+		slices.Sort(shown)
+		vs = append(vs, violation{rule: ruleReal, file: -1, name: strings.Join(shown, " "),
+			expected: "each file one of its states, no two under one name",
+			read:     "every file alone could be explained, but not all together"})
+	}
+	return vs
+}
+
+func coverable(opts [][]option, name string) bool {
+	for _, os := range opts {
+		for _, o := range os {
+			if o.name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdersOf lists the files that had name at some moment.
+func holdersOf(m *model, name string) []int {
+	var ids []int
+	for _, f := range m.files {
+		for _, s := range f.states {
+			if s.name == name {
+				ids = append(ids, f.id)
+				break
+			}
+		}
+	}
+	return ids
+}
+
+func firstOr(ids []int, def int) int {
+	if len(ids) == 0 {
+		return def
+	}
+	return ids[0]
+}
