@@ -51,7 +51,8 @@ func checkBucketVersions(ctx context.Context, c *s3.Client, bucket string, m *mo
 			}
 			v := violation{rule: ruleBucket, file: firstOr(wordFiles(data), firstOr(holdersOf(m, key), -1)), name: key,
 				read: describeBytes(data),
-				note: fmt.Sprintf("%s version %s of %s", where, aws.ToString(ov.VersionId), ov.LastModified)}
+				note: strings.TrimSuffix(fmt.Sprintf("%s version %s of %s; %s", where, aws.ToString(ov.VersionId),
+					ov.LastModified, identify(m, data)), "; ")}
 			switch {
 			case !inPool(key):
 				v.expected = "no such key: the writer never made this name"

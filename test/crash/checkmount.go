@@ -151,6 +151,23 @@ func checkMount(m *model, obs *observation) []violation {
 	return vs
 }
 
+// identify says which state of which file data is, if any: "f6 state #6
+// (d/f6), older than its last fsync (#16)".
+func identify(m *model, data []byte) string {
+	for _, f := range m.files {
+		i, ok := f.realState("", data)
+		if !ok {
+			continue
+		}
+		s := fmt.Sprintf("the bytes read are f%d's state #%d (as %s)", f.id, i, f.states[i].name)
+		if i < f.synced {
+			s += fmt.Sprintf(", older than its last fsync (#%d)", f.synced)
+		}
+		return s
+	}
+	return ""
+}
+
 // realAnywhere reports whether data is a full state some file had, under
 // any name.
 func realAnywhere(m *model, data []byte) bool {
@@ -251,6 +268,9 @@ func assign(m *model, obs *observation) []violation {
 			}
 			if rf, ok := obs.files[name]; ok {
 				reads = append(reads, name+": "+rf.describe())
+				if id := identify(m, rf.data); id != "" && rf.err == nil {
+					v.note = strings.TrimSpace(v.note + " " + name + ": " + id)
+				}
 			} else {
 				reads = append(reads, name+": absent")
 			}
@@ -264,7 +284,8 @@ func assign(m *model, obs *observation) []violation {
 		if !ok || explained[name] || coverable(opts, name) {
 			continue
 		}
-		v := violation{rule: ruleReal, file: firstOr(wordFiles(rf.data), -1), name: name, read: rf.describe()}
+		v := violation{rule: ruleReal, file: firstOr(wordFiles(rf.data), -1), name: name, read: rf.describe(),
+			note: identify(m, rf.data)}
 		if v.file < 0 {
 			v.file = firstOr(holdersOf(m, name), -1)
 		}

@@ -46,6 +46,7 @@ type config struct {
 	maxWrite time.Duration // the writer runs 0.2 s up to this before the kill plan
 	workDir  string
 	out      io.Writer
+	noCrash  bool // rounds without a kill (see runNoCrash)
 }
 
 // modeResult counts the rounds of one store mode.
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&cfg.bin, "bin", "", "prebuilt bucketfs binary (default: build ./cmd/bucketfs into a temp dir)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the directory (state, store, logs) of a failing round")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every round and every violation")
+	flag.BoolVar(&cfg.noCrash, "nocrash", false, "check the checker: rounds without a kill (embedded store), where each file must show its last state")
 	flag.Parse()
 	if *serveDir != "" {
 		if err := serveStore(*serveDir, *listenAddr); err != nil {
@@ -124,6 +126,25 @@ func runRounds(ctx context.Context, cfg *config) ([]modeResult, error) {
 			return nil, fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	}
+	if cfg.noCrash {
+		res := modeResult{store: "no crash"}
+		for i := range cfg.rounds {
+			seed := cfg.seed + uint64(i)
+			mount, inBucket, err := runNoCrash(ctx, cfg, seed, cfg.maxWrite)
+			if err != nil {
+				return nil, fmt.Errorf("seed %d: %w", seed, err)
+			}
+			res.run++
+			if len(mount)+len(inBucket) == 0 {
+				res.passed++
+			}
+			for _, v := range append(mount, inBucket...) {
+				printViolation(cfg.out, &roundResult{seed: seed}, v, false)
+			}
+		}
+		fmt.Fprintf(cfg.out, "%s: %d/%d\n", res.store, res.passed, res.run)
+		return []modeResult{res}, nil
+	}
 	var results []modeResult
 	for _, store := range cfg.stores {
 		res := modeResult{store: store}
@@ -179,7 +200,8 @@ func report(cfg *config, store string, r *roundResult, took time.Duration) {
 		}
 	}
 	if r.keptDir != "" {
-		fmt.Fprintf(w, "  kept: %s\n", r.keptDir)
+		fmt.Fprintf(w, "  kept: %s (report.txt: every violation and the whole journal)\n", r.keptDir)
+		writeKeptReport(r)
 	}
 	fmt.Fprintf(w, "  replay: go run ./test/crash -store %s -seed %d -rounds 1\n", store, r.seed)
 }
@@ -199,5 +221,35 @@ func printViolation(w io.Writer, r *roundResult, v violation, withSteps bool) {
 	fmt.Fprintf(w, "    read:\n      %s\n", v.read)
 	if withSteps && r.m != nil {
 		fmt.Fprintf(w, "    last steps before the kill:\n      %s\n", strings.Join(r.m.lastSteps(8, v.file), "\n      "))
+	}
+}
+
+// writeKeptReport writes every violation and the whole journal next to
+// the kept state of a failing round.
+func writeKeptReport(r *roundResult) {
+	f, err := os.Create(filepath.Join(r.keptDir, "report.txt"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "seed %d, plan: %s\n", r.seed, r.plan)
+	if r.err != nil {
+		fmt.Fprintf(f, "round error: %v\n", r.err)
+	}
+	for _, v := range r.violations {
+		printViolation(f, r, v, false)
+	}
+	if r.m == nil {
+		return
+	}
+	fmt.Fprintln(f, "\njournal:")
+	for _, s := range r.m.journal {
+		fmt.Fprintln(f, "  "+s.String())
+	}
+	for _, fm := range r.m.files {
+		fmt.Fprintf(f, "\nf%d states (last fsync: #%d):\n", fm.id, fm.synced)
+		for i := range fm.states {
+			fmt.Fprintln(f, "  "+fm.describeState(i))
+		}
 	}
 }

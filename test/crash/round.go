@@ -264,3 +264,78 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// runNoCrash checks the checker: the writer runs for d on a fresh mount,
+// stops, and every file must show exactly its last state (no kill, so
+// nothing else is allowed). A violation there is a bug of the writer's
+// model (or of the engine outside crashes). Then, after a flush, it runs
+// the bucket checks, which tell whether a bucket violation of the crash
+// rounds needs a crash at all.
+func runNoCrash(ctx context.Context, cfg *config, seed uint64, d time.Duration) (mount, bucket []violation, err error) {
+	dir, err := os.MkdirTemp(cfg.workDir, fmt.Sprintf("nocrash-%d-", seed))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &fsProc{bin: cfg.bin, stateDir: filepath.Join(dir, "state"), mnt: filepath.Join(dir, "mnt"),
+		logPath: filepath.Join(dir, "bucketfs.log"), storeArgs: []string{"--s3-listen", addr}}
+	if err := os.Mkdir(p.mnt, 0o755); err != nil {
+		return nil, nil, err
+	}
+	defer p.stop()
+	if err := p.start(ctx); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Mkdir(filepath.Join(p.mnt, subdir), 0o755); err != nil {
+		return nil, nil, err
+	}
+	m := newModel()
+	var crashing, stop atomic.Bool
+	w := &writer{m: m, mnt: p.mnt, rng: rand.New(rand.NewPCG(seed, 1)), crashing: &crashing, stop: &stop, big: cfg.big}
+	done := make(chan error, 1)
+	go func() { done <- w.run() }()
+	sleep(ctx, d)
+	stop.Store(true)
+	if err := <-done; err != nil {
+		return nil, nil, err
+	}
+	m.freeze()
+	obs, err := observe(p.mnt)
+	if err != nil {
+		return nil, nil, err
+	}
+	var vs []violation
+	for _, f := range m.files {
+		last := f.cur()
+		rf, shown := obs.files[last.name]
+		if last.name == "" || shown && rf.err == nil && last.c.equal(rf.data) {
+			continue
+		}
+		vs = append(vs, violation{rule: "no crash: every file shows its last state", file: f.id, name: last.name,
+			expected: f.describeState(len(f.states) - 1), read: describeShown(rf, shown)})
+	}
+	for name, rf := range obs.files {
+		if m.holder(name) < 0 {
+			vs = append(vs, violation{rule: "no crash: every file shows its last state", file: -1, name: name,
+				expected: "absent", read: rf.describe()})
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		return vs, nil, err
+	}
+	env, err := readEnv(filepath.Join(p.stateDir, "s3.env"))
+	if err != nil {
+		return vs, nil, err
+	}
+	c := s3Client(env)
+	bucket, err = checkBucketVersions(ctx, c, env["BUCKETFS_BUCKET"], m)
+	if err != nil {
+		return vs, bucket, err
+	}
+	conv, err := checkConverged(ctx, c, env["BUCKETFS_BUCKET"], m, obs)
+	return vs, append(bucket, conv...), err
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -71,7 +72,20 @@ func (w *writer) call(desc string, files []int, sys func() error, apply func(seq
 func noChange(int, bool) {}
 
 // run writes until stopped or the kill makes a call fail.
+//
+// Its thread blocks every signal: a FUSE request is interrupted when its
+// caller's thread gets a signal, and the Go runtime's preemption signals
+// (SIGURG) would then make bucketfs answer EINTR to calls nobody
+// interrupted, leaving it open whether they applied.
 func (w *writer) run() error {
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	var all unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil); err != nil {
+		return fmt.Errorf("block signals in the writer: %w", err)
+	}
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	for !w.stop.Load() && !w.crashing.Load() {
