@@ -137,7 +137,8 @@ func checkMount(m *model, obs *observation) []violation {
 	for _, name := range names {
 		if rf, ok := obs.files[name]; ok && rf.err != nil {
 			vs = append(vs, violation{rule: ruleReal, file: firstOr(holdersOf(m, name), -1), name: name,
-				expected: "a readable file (never EIO while a good copy exists)", read: rf.describe()})
+				expected: "a readable file (never EIO while a good copy exists); allowed here: " + allowedUnder(m, name),
+				read:     rf.describe()})
 		}
 	}
 	vs = append(vs, assign(m, obs)...)
@@ -281,22 +282,13 @@ func assign(m *model, obs *observation) []violation {
 	// Names shown that no file can explain.
 	for _, name := range names {
 		rf, ok := obs.files[name]
-		if !ok || explained[name] || coverable(opts, name) {
+		if !ok || rf.err != nil || explained[name] || coverable(opts, name) { // read errors are reported already
 			continue
 		}
 		v := violation{rule: ruleReal, file: firstOr(wordFiles(rf.data), -1), name: name, read: rf.describe(),
-			note: identify(m, rf.data)}
+			note: identify(m, rf.data), expected: allowedUnder(m, name)}
 		if v.file < 0 {
 			v.file = firstOr(holdersOf(m, name), -1)
-		}
-		if v.file >= 0 {
-			f := m.files[v.file]
-			v.expected = f.describeCandidates()
-			if f.fsyncedLast() {
-				v.rule = ruleFsync
-			}
-		} else {
-			v.expected = "no file ever had this name"
 		}
 		vs = append(vs, v)
 	}
@@ -322,6 +314,26 @@ func coverable(opts [][]option, name string) bool {
 		}
 	}
 	return false
+}
+
+// allowedUnder summarises the states files may show under name after the
+// crash.
+func allowedUnder(m *model, name string) string {
+	var parts []string
+	for _, f := range m.files {
+		for _, i := range f.candidates() {
+			if f.states[i].name == name {
+				parts = append(parts, fmt.Sprintf("f%d %s", f.id, f.describeState(i)))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("nothing: no file may have this name now (files that had it: %v)", holdersOf(m, name))
+	}
+	if len(parts) > 6 {
+		parts = append(parts[:3:3], append([]string{fmt.Sprintf("... (%d states)", len(parts))}, parts[len(parts)-3:]...)...)
+	}
+	return strings.Join(parts, "\n      ")
 }
 
 // holdersOf lists the files that had name at some moment.
