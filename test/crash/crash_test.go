@@ -54,7 +54,7 @@ func TestCrashRounds(t *testing.T) {
 	}
 	var out strings.Builder
 	cfg := &config{bin: needsFUSE(t), rounds: 3, seed: uint64(time.Now().UnixNano() % 1e9),
-		stores: []string{"embedded", "separate"}, big: true, maxWrite: 1500 * time.Millisecond,
+		stores: []string{"embedded", "separate"}, big: true, maxWrite: 2500 * time.Millisecond,
 		workDir: t.TempDir(), out: &out}
 	results, err := runRounds(t.Context(), cfg)
 	t.Log("\n" + out.String())

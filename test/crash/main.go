@@ -24,10 +24,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +55,7 @@ type config struct {
 type modeResult struct {
 	store       string
 	passed, run int
+	byRule      map[string][]uint64 // seeds of the rounds that broke each rule
 }
 
 func main() {
@@ -147,7 +150,7 @@ func runRounds(ctx context.Context, cfg *config) ([]modeResult, error) {
 	}
 	var results []modeResult
 	for _, store := range cfg.stores {
-		res := modeResult{store: store}
+		res := modeResult{store: store, byRule: map[string][]uint64{}}
 		for i := range cfg.rounds {
 			if ctx.Err() != nil {
 				break
@@ -162,12 +165,26 @@ func runRounds(ctx context.Context, cfg *config) ([]modeResult, error) {
 			if !r.failed() {
 				res.passed++
 			}
+			seen := map[string]bool{}
+			for _, v := range r.violations {
+				if !seen[v.rule] {
+					seen[v.rule] = true
+					res.byRule[v.rule] = append(res.byRule[v.rule], seed)
+				}
+			}
+			if r.err != nil {
+				res.byRule["(round error)"] = append(res.byRule["(round error)"], seed)
+			}
 			report(cfg, store, r, time.Since(start))
 		}
 		results = append(results, res)
 	}
 	for _, r := range results {
 		fmt.Fprintf(cfg.out, "%s: %d/%d\n", r.store, r.passed, r.run)
+		rules := slices.Sorted(maps.Keys(r.byRule))
+		for _, rule := range rules {
+			fmt.Fprintf(cfg.out, "  %-55q broken in %d round(s), seeds %v\n", rule, len(r.byRule[rule]), r.byRule[rule])
+		}
 	}
 	return results, ctx.Err()
 }
