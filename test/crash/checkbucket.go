@@ -7,10 +7,99 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
+
+// versionRef names one object version.
+type versionRef struct{ key, id string }
+
+// listVersions lists every object version of the bucket.
+func listVersions(ctx context.Context, c *s3.Client, bucket string) ([]versionRef, error) {
+	var refs []versionRef
+	pg := s3.NewListObjectVersionsPaginator(c, &s3.ListObjectVersionsInput{Bucket: &bucket})
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return refs, err
+		}
+		for _, ov := range page.Versions {
+			refs = append(refs, versionRef{aws.ToString(ov.Key), aws.ToString(ov.VersionId)})
+		}
+	}
+	return refs, nil
+}
+
+// watchVersions lists the bucket's versions every 100 ms until stop is
+// closed (once more then when final is set: a store that outlives the kill
+// shows everything exported before it), and then returns on the channel
+// every version it saw, each one made before the restart. Versions made in
+// the last moments before a kill that took the store along may be missed:
+// the check is then less strict, never wrong.
+func watchVersions(c *s3.Client, bucket string, stop <-chan struct{}, final bool) <-chan map[versionRef]bool {
+	out := make(chan map[versionRef]bool, 1)
+	go func() {
+		seen := map[versionRef]bool{}
+		list := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			refs, _ := listVersions(ctx, c, bucket)
+			for _, r := range refs {
+				seen[r] = true
+			}
+		}
+		for {
+			list()
+			select {
+			case <-stop:
+				if final {
+					list()
+				}
+				out <- seen
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// setExported records, for every file, the latest state the bucket had
+// before the restart: a version of the versions seen then is that file's
+// state when its bytes are a state the file had under that key (the
+// earliest such state, and only when no other file had the same bytes
+// there).
+func setExported(ctx context.Context, c *s3.Client, bucket string, m *model, seen map[versionRef]bool) error {
+	for ref := range seen {
+		if !inPool(ref.key) {
+			continue
+		}
+		data, err := getObject(ctx, c, bucket, ref.key, ref.id)
+		if err != nil || data == nil {
+			return err
+		}
+		owner, idx := -1, -1
+		for _, f := range m.files {
+			for i, s := range f.states {
+				if s.name == ref.key && s.c.equal(data) {
+					if owner >= 0 && owner != f.id {
+						owner = -2 // two files: no floor
+					} else if owner == -1 {
+						owner, idx = f.id, i
+					}
+					break
+				}
+			}
+		}
+		if owner >= 0 {
+			f := m.files[owner]
+			f.exported = max(f.exported, idx)
+		}
+	}
+	return nil
+}
 
 // checkBucketVersions checks, after the restart and a flush:
 //

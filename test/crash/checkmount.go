@@ -13,6 +13,7 @@ import (
 // Rules, as the report names them.
 const (
 	ruleFsync      = "fsync'ed means kept"
+	ruleExported   = "exported means kept"
 	ruleReal       = "only real versions"
 	ruleLostFound  = "only real versions (lost+found)"
 	ruleBucket     = "only real versions in the bucket"
@@ -113,9 +114,12 @@ func (rf readFile) describe() string {
 //   - fsync'ed means kept: a file whose last change before the kill was
 //     fsync'ed shows exactly that state (name and bytes).
 //   - only real versions: every file shows one full state it had at some
-//     moment at or after its last fsync (a state it exported is one of
-//     those; one exported before the fsync is not allowed to win); a file
-//     never fsync'ed may be absent. Never a read error, zeros nobody
+//     moment at or after its last fsync; a file never fsync'ed may be
+//     absent.
+//   - exported means kept: a file also shows a state at or after the last
+//     one the bucket had before the restart (the bucket is the source of
+//     truth: a file that reached it may not roll back, nor vanish). So
+//     only a file that reached neither fsync nor the bucket may be absent. Never a read error, zeros nobody
 //     wrote, a mix of two states, or a cut to another size. A name
 //     the writer never made, outside lost+found, is a violation.
 //   - lost+found: what is kept there is counted as crash damage, and must
@@ -189,10 +193,10 @@ type option struct {
 
 // options lists the allowed states of f that agree with what the mount
 // shows, one per name.
-func options(f *fileModel, obs *observation) []option {
+func options(f *fileModel, obs *observation, candidates []int) []option {
 	var opts []option
 	seen := map[string]bool{}
-	for _, i := range f.candidates() {
+	for _, i := range candidates {
 		s := f.states[i]
 		if seen[s.name] {
 			continue
@@ -217,7 +221,7 @@ func options(f *fileModel, obs *observation) []option {
 func assign(m *model, obs *observation) []violation {
 	opts := make([][]option, numFiles)
 	for i, f := range m.files {
-		opts[i] = options(f, obs)
+		opts[i] = options(f, obs, f.candidates())
 	}
 	used := map[string]bool{}
 	var try func(i int) bool
@@ -252,8 +256,11 @@ func assign(m *model, obs *observation) []violation {
 			continue
 		}
 		rule := ruleReal
-		if f.fsyncedLast() {
+		switch {
+		case f.fsyncedLast():
 			rule = ruleFsync
+		case f.exported > f.synced && len(options(f, obs, f.candidatesFrom(max(f.synced, 0)))) > 0:
+			rule = ruleExported // it shows a state older than one the bucket had
 		}
 		v := violation{rule: rule, file: i, expected: f.describeCandidates()}
 		var reads []string

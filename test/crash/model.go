@@ -86,10 +86,14 @@ func (t *tornWrite) matches(data []byte) bool {
 
 // fileModel is everything the writer did to one file.
 type fileModel struct {
-	id      int
-	states  []state // states[0] is absent
-	synced  int     // index of the state at the last successful fsync; -1: none
-	nextVer int
+	id     int
+	states []state // states[0] is absent
+	synced int     // index of the state at the last successful fsync; -1: none
+	// exported is the index of the latest state seen in the bucket before
+	// the restart (the earliest state with those bytes under that key);
+	// -1: none seen.
+	exported int
+	nextVer  int
 }
 
 func (f *fileModel) cur() state { return f.states[len(f.states)-1] }
@@ -100,12 +104,15 @@ func (f *fileModel) newWord() word {
 }
 
 // candidates are the states the file may show after the crash: every state
-// from its last fsync on (from the start when it was never fsynced), the
-// in-flight one included. A state it exported earlier than its last fsync
-// is not among them: the fsync'ed one must win.
-func (f *fileModel) candidates() []int {
+// from its last fsync or the last state it exported before the kill,
+// whichever is later, on (from the start when neither happened), the
+// in-flight one included. A state older than that is not among them: the
+// fsync'ed (or exported) one must win.
+func (f *fileModel) candidates() []int { return f.candidatesFrom(max(f.synced, f.exported, 0)) }
+
+func (f *fileModel) candidatesFrom(floor int) []int {
 	var idx []int
-	for i := max(f.synced, 0); i < len(f.states); i++ {
+	for i := floor; i < len(f.states); i++ {
 		idx = append(idx, i)
 	}
 	return idx
@@ -134,6 +141,9 @@ func (f *fileModel) describeState(i int) string {
 	var tags []string
 	if i == f.synced {
 		tags = append(tags, "fsynced")
+	}
+	if i == f.exported {
+		tags = append(tags, "in the bucket before the restart")
 	}
 	if s.inflight {
 		tags = append(tags, "in flight")
@@ -202,7 +212,7 @@ type pendingStep struct {
 func newModel() *model {
 	m := &model{started: time.Now()}
 	for i := range m.files {
-		m.files[i] = &fileModel{id: i, synced: -1, states: []state{{step: -1}}}
+		m.files[i] = &fileModel{id: i, synced: -1, exported: -1, states: []state{{step: -1}}}
 	}
 	return m
 }

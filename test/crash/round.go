@@ -92,6 +92,25 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	if err := fsyncPath(p.mnt); err != nil {
 		return err
 	}
+	envPath := filepath.Join(p.stateDir, "s3.env")
+	if p.storeArgs[0] == "--bucket" {
+		envPath = filepath.Join(filepath.Dir(p.stateDir), "store", "s3.env")
+	}
+	env, err := readEnv(envPath)
+	if err != nil {
+		return err
+	}
+	c, bucket := s3Client(env), env["BUCKETFS_BUCKET"]
+	stopWatch := make(chan struct{})
+	watched := watchVersions(c, bucket, stopWatch, p.storeArgs[0] == "--bucket")
+	defer func() {
+		select {
+		case <-stopWatch:
+		default:
+			close(stopWatch)
+		}
+	}()
+
 	m := newModel()
 	res.m = m
 	var crashing, stop atomic.Bool
@@ -108,6 +127,8 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	case <-time.After(30 * time.Second): // its call hangs: freeze counts it in flight
 	}
 	m.freeze()
+	close(stopWatch)
+	seen := <-watched
 	res.steps = len(m.journal)
 	if err := errors.Join(planErr, killErr); err != nil {
 		return err
@@ -121,6 +142,9 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 		res.violations = append(res.violations, violation{rule: ruleRestart, file: -1, read: err.Error()})
 		return nil
 	}
+	if err := setExported(ctx, c, bucket, m, seen); err != nil {
+		return err
+	}
 	obs, err := observe(p.mnt)
 	if err != nil {
 		res.violations = append(res.violations, violation{rule: ruleReal, file: -1, read: err.Error(),
@@ -130,15 +154,6 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	res.lostFound = len(obs.lostFound)
 	res.violations = append(res.violations, checkMount(m, obs)...)
 
-	envPath := filepath.Join(p.stateDir, "s3.env")
-	if p.storeArgs[0] == "--bucket" {
-		envPath = filepath.Join(filepath.Dir(p.stateDir), "store", "s3.env")
-	}
-	env, err := readEnv(envPath)
-	if err != nil {
-		return err
-	}
-	c, bucket := s3Client(env), env["BUCKETFS_BUCKET"]
 	if err := p.flush(ctx); err != nil {
 		res.violations = append(res.violations, violation{rule: ruleConverged, file: -1,
 			expected: "bucketfs flush succeeds", read: err.Error()})
