@@ -215,6 +215,23 @@ func options(f *fileModel, obs *observation, candidates []int) []option {
 	return opts
 }
 
+// rolledBack reports whether a file that breaks the rules shows a real
+// state older than the one the bucket had, or vanished (none of its
+// allowed names is shown), rather than bytes that are no state at all.
+func rolledBack(f *fileModel, obs *observation) bool {
+	for _, o := range options(f, obs, f.candidatesFrom(max(f.synced, 0))) {
+		if o.name != "" {
+			return true
+		}
+	}
+	for _, i := range f.candidates() {
+		if _, shown := obs.files[f.states[i].name]; shown {
+			return false
+		}
+	}
+	return true
+}
+
 // assign finds an assignment of the names shown to the files, each file
 // taking one of its options and each name shown taken by exactly one file.
 // When there is none it says why, file by file.
@@ -259,8 +276,8 @@ func assign(m *model, obs *observation) []violation {
 		switch {
 		case f.fsyncedLast():
 			rule = ruleFsync
-		case f.exported > f.synced && len(options(f, obs, f.candidatesFrom(max(f.synced, 0)))) > 0:
-			rule = ruleExported // it shows a state older than one the bucket had
+		case f.exported > f.synced && rolledBack(f, obs):
+			rule = ruleExported
 		}
 		v := violation{rule: rule, file: i, expected: f.describeCandidates()}
 		var reads []string

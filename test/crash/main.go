@@ -14,6 +14,8 @@
 //	go run ./test/crash [-rounds 20] [-seed N] [-store embedded|separate|both]
 //	                    [-bin PATH] [-keep] [-v]
 //
+// Every round starts from a fresh state directory (and, with the separate
+// store, a fresh store): rounds never continue on an earlier round's state.
 // Each round prints its seed; `-seed N -rounds 1 -store MODE` replays the
 // round's operations and kill plan (the moment of the kill within the
 // plan depends on timing). The exit code is 1 when any round failed.
@@ -56,6 +58,7 @@ type modeResult struct {
 	store       string
 	passed, run int
 	byRule      map[string][]uint64 // seeds of the rounds that broke each rule
+	lostFound   int                 // files kept in lost+found, all rounds
 }
 
 func main() {
@@ -162,6 +165,7 @@ func runRounds(ctx context.Context, cfg *config) ([]modeResult, error) {
 				break // interrupted: the round says nothing
 			}
 			res.run++
+			res.lostFound += r.lostFound
 			if !r.failed() {
 				res.passed++
 			}
@@ -181,6 +185,9 @@ func runRounds(ctx context.Context, cfg *config) ([]modeResult, error) {
 	}
 	for _, r := range results {
 		fmt.Fprintf(cfg.out, "%s: %d/%d\n", r.store, r.passed, r.run)
+		if r.lostFound > 0 {
+			fmt.Fprintf(cfg.out, "  crash damage kept in lost+found: %d file(s)\n", r.lostFound)
+		}
 		rules := slices.Sorted(maps.Keys(r.byRule))
 		for _, rule := range rules {
 			fmt.Fprintf(cfg.out, "  %-55q broken in %d round(s), seeds %v\n", rule, len(r.byRule[rule]), r.byRule[rule])
