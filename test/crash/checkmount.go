@@ -189,6 +189,7 @@ func realAnywhere(m *model, data []byte) bool {
 type option struct {
 	name string
 	idx  int
+	cut  int64 // > 0: the in-flight write of state idx applied up to here only
 }
 
 // options lists the allowed states of f that agree with what the mount
@@ -201,18 +202,35 @@ func options(f *fileModel, obs *observation, candidates []int) []option {
 		if seen[s.name] {
 			continue
 		}
+		o := option{name: s.name, idx: i}
 		ok := s.name == ""
 		if rf, shown := obs.files[s.name]; s.name != "" && shown {
 			// A read error is reported on its own; do not let it
 			// also make the file look lost.
-			ok = rf.err != nil || s.c.equal(rf.data) || (s.torn != nil && s.torn.matches(rf.data))
+			ok = rf.err != nil || s.c.equal(rf.data)
+			if !ok && s.torn != nil {
+				o.cut, ok = s.torn.matches(rf.data)
+			}
 		}
 		if ok {
 			seen[s.name] = true
-			opts = append(opts, option{s.name, i})
+			opts = append(opts, o)
 		}
 	}
 	return opts
+}
+
+// describeOutcome says what became of a file's in-flight step.
+func describeOutcome(f *fileModel, o option) string {
+	last := len(f.states) - 1
+	switch {
+	case o.idx == last && o.cut > 0:
+		return fmt.Sprintf("f%d: in-flight step #%d applied up to byte %d of %d", f.id, f.states[last].step, o.cut, f.states[last].torn.off+f.states[last].torn.n)
+	case o.idx == last:
+		return fmt.Sprintf("f%d: in-flight step #%d applied", f.id, f.states[last].step)
+	default:
+		return fmt.Sprintf("f%d: in-flight step #%d not applied (shows state #%d)", f.id, f.states[last].step, o.idx)
+	}
 }
 
 // rolledBack reports whether a file that breaks the rules shows a real
@@ -241,6 +259,7 @@ func assign(m *model, obs *observation) []violation {
 		opts[i] = options(f, obs, f.candidates())
 	}
 	used := map[string]bool{}
+	chosen := make([]option, numFiles)
 	var try func(i int) bool
 	try = func(i int) bool {
 		if i == numFiles {
@@ -256,6 +275,7 @@ func assign(m *model, obs *observation) []violation {
 				continue
 			}
 			used[o.name] = o.name != ""
+			chosen[i] = o
 			if try(i + 1) {
 				return true
 			}
@@ -264,6 +284,11 @@ func assign(m *model, obs *observation) []violation {
 		return false
 	}
 	if try(0) {
+		for i, f := range m.files {
+			if s := f.states[len(f.states)-1]; s.inflight {
+				m.inflightOutcome = append(m.inflightOutcome, describeOutcome(f, chosen[i]))
+			}
+		}
 		return nil
 	}
 	var vs []violation

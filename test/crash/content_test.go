@@ -62,11 +62,11 @@ func TestATornWriteMatchesOnlyAtPageBoundaries(t *testing.T) {
 		want bool
 	}{{4096, true}, {8192, true}, {20100, true}, {5000, false}, {101, false}} {
 		data := pre.write(100, tc.end-100, word{2, 2}).bytes()
-		if got := tw.matches(data); got != tc.want {
+		if _, got := tw.matches(data); got != tc.want {
 			t.Errorf("write cut at %d: matches = %v, want %v", tc.end, got, tc.want)
 		}
 	}
-	if tw.matches(pre.bytes()) {
+	if _, ok := tw.matches(pre.bytes()); ok {
 		t.Error("the state before the write matched as torn (it is a state of its own)")
 	}
 }

@@ -12,7 +12,11 @@
 // Usage (as root, with fusermount3):
 //
 //	go run ./test/crash [-rounds 20] [-seed N] [-store embedded|separate|both]
-//	                    [-bin PATH] [-keep] [-v]
+//	                    [-bin PATH] [-keep] [-v] [-plan KIND] [-nocrash]
+//
+// -plan forces one kind of kill plan (see choosePlan); -nocrash checks the
+// checker instead: rounds without a kill, where every file must show
+// exactly its last state, followed by the bucket checks.
 //
 // Every round starts from a fresh state directory (and, with the separate
 // store, a fresh store): rounds never continue on an earlier round's state.
@@ -50,7 +54,8 @@ type config struct {
 	maxWrite time.Duration // the writer runs 0.2 s up to this before the kill plan
 	workDir  string
 	out      io.Writer
-	noCrash  bool // rounds without a kill (see runNoCrash)
+	noCrash  bool   // rounds without a kill (see runNoCrash)
+	plan     string // only this kind of kill plan (default: drawn per round)
 }
 
 // modeResult counts the rounds of one store mode.
@@ -73,6 +78,7 @@ func main() {
 	flag.StringVar(&cfg.bin, "bin", "", "prebuilt bucketfs binary (default: build ./cmd/bucketfs into a temp dir)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the directory (state, store, logs) of a failing round")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every round and every violation")
+	flag.StringVar(&cfg.plan, "plan", "", "only this kill plan: midWrite, midExport, checkpoint or quiet (default: drawn per round)")
 	flag.BoolVar(&cfg.noCrash, "nocrash", false, "check the checker: rounds without a kill (embedded store), where each file must show its last state")
 	flag.Parse()
 	if *serveDir != "" {
@@ -204,13 +210,20 @@ func report(cfg *config, store string, r *roundResult, took time.Duration) {
 	if r.lostFound > 0 {
 		head += fmt.Sprintf("; crash damage kept in lost+found: %d", r.lostFound)
 	}
+	outcome := func() {
+		if cfg.verbose && r.m != nil && len(r.m.inflightOutcome) > 0 {
+			fmt.Fprintf(w, "  %s\n", strings.Join(r.m.inflightOutcome, "\n  "))
+		}
+	}
 	if !r.failed() {
 		if cfg.verbose {
 			fmt.Fprintf(w, "PASS %s\n", head)
+			outcome()
 		}
 		return
 	}
 	fmt.Fprintf(w, "FAIL %s\n", head)
+	outcome()
 	if r.err != nil {
 		fmt.Fprintf(w, "  round error: %v\n", r.err)
 	}

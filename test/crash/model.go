@@ -66,8 +66,8 @@ type tornWrite struct {
 }
 
 // matches reports whether data is pre with the write applied to [off, e)
-// for e the end of the write or a page boundary inside it.
-func (t *tornWrite) matches(data []byte) bool {
+// for e the end of the write or a page boundary inside it, and returns e.
+func (t *tornWrite) matches(data []byte) (int64, bool) {
 	const page = 4096
 	// The word is new, so the data hold it from off up to where the cut
 	// was, or a few bytes further when pre's bytes there agree with it by
@@ -78,10 +78,13 @@ func (t *tornWrite) matches(data []byte) bool {
 		e++
 	}
 	if e == t.off+t.n && t.pre.write(t.off, t.n, t.w).equal(data) {
-		return true
+		return e, true
 	}
 	b := e - e%page
-	return b > t.off && b < t.off+t.n && t.pre.write(t.off, b-t.off, t.w).equal(data)
+	if b > t.off && b < t.off+t.n && t.pre.write(t.off, b-t.off, t.w).equal(data) {
+		return b, true
+	}
+	return 0, false
 }
 
 // fileModel is everything the writer did to one file.
@@ -129,8 +132,13 @@ func (f *fileModel) realState(name string, data []byte) (int, bool) {
 		if s.name == "" || (name != "" && s.name != name) {
 			continue
 		}
-		if s.c.equal(data) || (s.torn != nil && s.torn.matches(data)) {
+		if s.c.equal(data) {
 			return i, true
+		}
+		if s.torn != nil {
+			if _, ok := s.torn.matches(data); ok {
+				return i, true
+			}
 		}
 	}
 	return -1, false
@@ -202,6 +210,9 @@ type model struct {
 	started time.Time
 	// writerErrors are calls that failed while bucketfs was alive.
 	writerErrors []step
+	// inflightOutcome says, once the mount is checked, what became of
+	// each in-flight step.
+	inflightOutcome []string
 }
 
 type pendingStep struct {

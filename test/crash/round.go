@@ -118,8 +118,11 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- w.run() }()
 	plan := choosePlan(rand.New(rand.NewPCG(seed, 2)), cfg.maxWrite)
+	if cfg.plan != "" {
+		plan.kind = cfg.plan
+	}
 	res.plan = plan.String()
-	planErr := plan.run(ctx, p, &stop, writerDone)
+	planErr := plan.run(ctx, p, m, &stop, writerDone)
 	crashing.Store(true)
 	killErr := p.kill9()
 	select {
@@ -198,7 +201,7 @@ func (k killPlan) String() string {
 }
 
 // choosePlan draws the round's kill plan:
-//   - midWrite: kill while the writer runs (a call is usually in flight);
+//   - midWrite: kill while a call of the writer is in flight;
 //   - midExport: stop the writer, kill as soon as bucketfs sends the next
 //     write request to the store (an upload, copy or delete under way);
 //   - checkpoint: kill right after a checkpoint finishes, writer running;
@@ -222,7 +225,7 @@ func choosePlan(rng *rand.Rand, maxWrite time.Duration) killPlan {
 }
 
 // run lets the writer run and returns at the moment to kill.
-func (k killPlan) run(ctx context.Context, p *fsProc, stop *atomic.Bool, writerDone chan error) error {
+func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Bool, writerDone chan error) error {
 	if err := sleep(ctx, k.write); err != nil {
 		return err
 	}
@@ -237,6 +240,17 @@ func (k killPlan) run(ctx context.Context, p *fsProc, stop *atomic.Bool, writerD
 		}
 	}
 	switch k.kind {
+	case "midWrite":
+		// The model's lock is free only while the writer is in a
+		// system call (then pending is set) or pausing; a writer that
+		// ended (a failed call) has nothing in flight, and after 3 s the
+		// kill comes anyway.
+		poll(ctx, 3*time.Second, "a call in flight", func() (bool, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.pending != nil, nil
+		})
+		return ctx.Err()
 	case "midExport":
 		if err := stopWriter(); err != nil {
 			return err
