@@ -329,17 +329,21 @@ func runNoCrash(ctx context.Context, cfg *config, seed uint64, d time.Duration) 
 	go func() { done <- w.run() }()
 	sleep(ctx, d)
 	stop.Store(true)
-	if err := <-done; err != nil {
-		return nil, nil, err
-	}
+	<-done // a call that failed is in m.writerErrors
 	m.freeze()
 	obs, err := observe(p.mnt)
 	if err != nil {
 		return nil, nil, err
 	}
 	var vs []violation
+	for _, s := range m.writerErrors {
+		vs = append(vs, violation{rule: ruleWriter, file: firstOr(s.files, -1), expected: "the call succeeds", read: s.String()})
+	}
 	for _, f := range m.files {
 		last := f.cur()
+		if last.inflight { // the failed call: either way
+			continue
+		}
 		rf, shown := obs.files[last.name]
 		if last.name == "" || shown && rf.err == nil && last.c.equal(rf.data) {
 			continue
