@@ -305,7 +305,13 @@ func runNoCrash(ctx context.Context, cfg *config, seed uint64, d time.Duration) 
 	if err != nil {
 		return nil, nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if cfg.keep && len(mount)+len(bucket) > 0 {
+			fmt.Fprintf(cfg.out, "  kept: %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
