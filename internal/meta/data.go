@@ -123,7 +123,8 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 				grow += in.Cached // all of it becomes dirty
 			}
 			if u.Dirty+grow > lim.Dirty {
-				return fmt.Errorf("the tier holds %d bytes of unexported changes, its capacity is %d: %w", u.Dirty, lim.Dirty, syscall.ENOSPC)
+				return fmt.Errorf("this write would take the tier's unexported data to %d bytes, past its capacity of %d: %w",
+					u.Dirty+grow, lim.Dirty, syscall.ENOSPC)
 			}
 		}
 		delta, err := tier.Write(tx, uint64(ino), p, off)

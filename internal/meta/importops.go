@@ -151,6 +151,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 					return err
 				}
 				in.Cached = 0
+				in.Replaced++
 			}
 			in.Size = it.Obj.Size
 			in.Base = it.Obj

@@ -60,8 +60,13 @@ type Inode struct {
 	// Backed <= Size. A file made on the file side has Backed 0; an import
 	// sets it to the object's size, and a truncate lowers it.
 	Backed int64
-	// Cached is how many bytes of the file the tier's blocks hold.
+	// Cached is how many bytes of file data the tier's blocks store.
 	Cached int64
+	// Replaced counts the times an import replaced the file's content
+	// with another object version: a handle opened before keeps reading
+	// the version it opened (vfs), as an open of a file replaced by a
+	// rename keeps the old file.
+	Replaced uint64
 	// Keys are the objects that represent this inode in the bucket, one per
 	// name as last synced.
 	Keys []Object
@@ -123,6 +128,7 @@ func (in *Inode) encode(b []byte) []byte {
 	b = appendString(b, in.Source)
 	b = binary.AppendVarint(b, in.Backed)
 	b = binary.AppendVarint(b, in.Cached)
+	b = binary.AppendUvarint(b, in.Replaced)
 	return b
 }
 
@@ -223,6 +229,7 @@ func decodeInode(b []byte) (Inode, error) {
 	in.Source = d.string()
 	in.Backed = d.varint()
 	in.Cached = d.varint()
+	in.Replaced = d.uvarint()
 	if d.err != nil {
 		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)
 	}

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
-	"strings"
 	"syscall"
 	"time"
 

@@ -142,6 +142,45 @@ func (b *block) encode(dst []byte) []byte {
 	return append(dst, b.data[:b.ext.last()]...)
 }
 
+// cost returns the bytes of file data the encoded block v stores: what it
+// counts for in the tier's usage. A block of zeros stores none, however
+// much of the file it covers.
+func cost(v []byte) (int64, error) {
+	if len(v) == 0 {
+		return 0, errCorruptBlock
+	}
+	switch v[0] {
+	case kindFull:
+		return int64(len(v) - 1), nil
+	case kindZero:
+		return 0, nil
+	case kindRanges:
+		if len(v) < 3 {
+			return 0, errCorruptBlock
+		}
+		head := 3 + 4*int(binary.LittleEndian.Uint16(v[1:]))
+		if len(v) < head {
+			return 0, errCorruptBlock
+		}
+		return int64(len(v) - head), nil
+	}
+	return 0, errCorruptBlock
+}
+
+// cost is what b stores once encoded (see the function cost).
+func (b *block) cost() int64 {
+	switch {
+	case len(b.ext) == 0:
+		return 0
+	case len(b.ext) == 1 && b.ext[0].Off == 0:
+		if allZero(b.data[:b.ext[0].Len]) {
+			return 0
+		}
+		return b.ext[0].Len
+	}
+	return b.ext.last()
+}
+
 // present returns how many bytes the encoded block v holds.
 func present(v []byte) (int64, error) {
 	if len(v) == 0 {

@@ -11,9 +11,9 @@ import (
 )
 
 // Every function here runs inside the caller's transaction or view and
-// returns how many present bytes it added (negative: removed), so that the
-// caller can keep the inode's count of cached bytes in the same
-// transaction.
+// returns how many bytes of file data the blocks it changed store more
+// (negative: less) than before (see cost), so that the caller can keep
+// the inode's count of cached bytes in the same transaction.
 
 // Write stores p at off: the written bytes become present.
 func Write(tx kv.Txn, ino uint64, p []byte, off int64) (delta int64, err error) {
@@ -88,7 +88,7 @@ func Cut(tx kv.Txn, ino uint64, size, cached int64) (delta int64, err error) {
 	lower, upper := blockKey(ino, firstGone), kv.PrefixEnd(blockPrefix(ino))
 	var scanErr error
 	err = tx.Scan(lower, upper, func(k, v []byte) bool {
-		n, err := present(v)
+		n, err := cost(v)
 		if err != nil {
 			scanErr = blockErr("cut", ino, blockIndex(k), err)
 			return false
@@ -265,14 +265,30 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 	if n <= 0 {
 		return 0, nil
 	}
+	// A window of blocks at a time, so that a huge range costs no memory
+	// in proportion to its length (only its batch does).
+	const window = 1024
 	first, last := off/BlockSize, (off+n-1)/BlockSize
+	for w := first; w <= last; w += window {
+		d, err := editWindow(tx, op, ino, off, n, w, min(w+window-1, last), needOld, change)
+		delta += d
+		if err != nil {
+			return delta, err
+		}
+	}
+	return delta, nil
+}
+
+// editWindow is edit for the blocks first to last of [off, off+n).
+func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, needOld bool,
+	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
 	count := last - first + 1
 	olds := make([][]byte, count) // old values the edit needs
 	sizes := make([]int64, count) // present bytes of every old block
 	var bad error
 	err = tx.Scan(blockKey(ino, first), blockKey(ino, last+1), func(k, v []byte) bool {
 		idx := blockIndex(k)
-		c, err := present(v)
+		c, err := cost(v)
 		if err != nil {
 			bad = blockErr(op, ino, idx, err)
 			return false
@@ -313,7 +329,7 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 		} else if err := tx.SetWith(key, n, func(v []byte) { b.encode(v[:0]) }); err != nil {
 			return delta, err
 		}
-		delta += b.ext.total() - sizes[idx-first]
+		delta += b.cost() - sizes[idx-first]
 	}
 	return delta, nil
 }

@@ -24,14 +24,23 @@ type Handle struct {
 	readable bool
 	writable bool
 	// pinned is the object version the inode's non-local bytes came from
-	// when this handle was opened.
-	pinned meta.Object
+	// when this handle was opened, and replacedAt the inode's Replaced
+	// count then. Reads take what the tier lacks from the file's current
+	// base object, which the exporter moves to each version it uploads
+	// (the same bytes where the tier lacks them); but once an import has
+	// replaced the file's content with another version, this handle keeps
+	// reading the version it opened, whole, as an open of a file replaced
+	// by a rename keeps the old file.
+	pinned     meta.Object
+	replacedAt uint64
 
 	// replaced: the open imported a new version of the file.
 	replaced bool
 
-	mu sync.Mutex
-	ra *readahead.Reader // created on the first direct read
+	mu      sync.Mutex
+	ra      *readahead.Reader // streams raObj; made on the first direct read
+	raObj   meta.Object
+	retired []*readahead.Reader // readers of earlier bases, closed at Release
 }
 
 // Ino returns the inode the handle is open on.
@@ -131,7 +140,7 @@ func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode,
 
 func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, error) {
 	acc := flags & syscall.O_ACCMODE
-	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base,
+	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced,
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
 		writable: acc == syscall.O_WRONLY || acc == syscall.O_RDWR}
 	// Counted open from the start, so eviction leaves the tier state alone
@@ -250,8 +259,14 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 	fs := h.fs
 	fs.used.Touch(uint64(h.ino))
 	in, n, missing, err := fs.meta.ReadData(ctx, h.ino, p, off)
-	if err != nil || n == 0 || len(missing) == 0 {
-		return n, 0, err
+	if err != nil {
+		return 0, 0, err
+	}
+	if in.Replaced != h.replacedAt {
+		return h.readPinned(ctx, p, off, share)
+	}
+	if n == 0 || len(missing) == 0 {
+		return n, 0, nil
 	}
 	p = p[:n]
 	if in.Size < fs.cfg.DirectReadSize {
@@ -264,6 +279,9 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 			if err != nil || len(missing) == 0 {
 				return n, 0, err
 			}
+			if in.Replaced != h.replacedAt {
+				return h.readPinned(ctx, p, off, share)
+			}
 			p = p[:n]
 		} else if !tierFull(err) {
 			return 0, 0, err
@@ -271,9 +289,10 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 		// The tier cannot cache it: stream it as a large file is.
 	}
 	// Large file: what the tier holds is in p; the rest streams from the
-	// pinned object version.
+	// base object of this same view of the file.
+	base := in.Base
 	if share != nil && len(missing) == 1 && missing[0] == (tier.Range{Off: off, Len: int64(n)}) {
-		ok, err := h.directShared(ctx, share, off, int64(n))
+		ok, err := h.directShared(ctx, share, base, off, int64(n))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -282,12 +301,35 @@ func (h *Handle) readOnce(ctx context.Context, p []byte, off int64, share *Share
 		}
 	}
 	for _, r := range missing {
-		if err := h.direct(ctx, p[r.Off-off:r.End()-off], r.Off); err != nil {
+		if err := h.direct(ctx, base, p[r.Off-off:r.End()-off], r.Off); err != nil {
 			return 0, 0, err
 		}
 		direct += r.Len
 	}
 	return n, direct, nil
+}
+
+// readPinned reads the version this handle opened, for a file an import
+// has replaced since: all of it from that object version.
+func (h *Handle) readPinned(ctx context.Context, p []byte, off int64, share *Shared) (n int, direct int64, err error) {
+	obj := h.pinned
+	if off >= obj.Size {
+		return 0, 0, nil
+	}
+	p = p[:min(int64(len(p)), obj.Size-off)]
+	if share != nil {
+		ok, err := h.directShared(ctx, share, obj, off, int64(len(p)))
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			return len(p), int64(len(p)), nil
+		}
+	}
+	if err := h.direct(ctx, obj, p, off); err != nil {
+		return 0, 0, err
+	}
+	return len(p), int64(len(p)), nil
 }
 
 // tierFull tells whether err is the tier's disk running out of space: a
@@ -296,10 +338,9 @@ func tierFull(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
-// direct fills p from the pinned object version at off; bytes past the
-// end of that version (the file grew locally) are zeros.
-func (h *Handle) direct(ctx context.Context, p []byte, off int64) error {
-	obj := h.pinned
+// direct fills p from the object version obj at off; bytes past its end
+// (the file grew locally) are zeros.
+func (h *Handle) direct(ctx context.Context, obj meta.Object, p []byte, off int64) error {
 	if off >= obj.Size {
 		clear(p)
 		return nil
@@ -308,36 +349,39 @@ func (h *Handle) direct(ctx context.Context, p []byte, off int64) error {
 		clear(p[obj.Size-off:])
 		p = p[:obj.Size-off]
 	}
-	n, err := h.readahead().ReadAt(ctx, p, off)
+	n, err := h.readahead(obj).ReadAt(ctx, p, off)
 	if err != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
 		return fmt.Errorf("read %q at %d: %w", obj.Key, off, err)
 	}
 	return nil
 }
 
-// directShared is direct into share when [off, off+n) lies within the
-// pinned object version and the read-ahead can buffer it; ok says it did.
-func (h *Handle) directShared(ctx context.Context, share *Shared, off, n int64) (ok bool, err error) {
-	if off+n > h.pinned.Size {
+// directShared is direct into share when [off, off+n) lies within obj and
+// the read-ahead can buffer it; ok says it did.
+func (h *Handle) directShared(ctx context.Context, share *Shared, obj meta.Object, off, n int64) (ok bool, err error) {
+	if off+n > obj.Size {
 		return false, nil
 	}
-	bufs, release, ok, err := h.readahead().ReadShared(ctx, off, n)
+	bufs, release, ok, err := h.readahead(obj).ReadShared(ctx, off, n)
 	if err != nil {
-		return false, fmt.Errorf("read %q at %d: %w", h.pinned.Key, off, err)
+		return false, fmt.Errorf("read %q at %d: %w", obj.Key, off, err)
 	}
 	share.Bufs, share.Release = bufs, release
 	return ok, nil
 }
 
-// readahead returns the handle's streaming reader of its pinned object
-// version, made on first use.
-func (h *Handle) readahead() *readahead.Reader {
+// readahead returns the handle's streaming reader of obj. A reader of an
+// earlier object (the base moved on with an export) is kept until Release:
+// a concurrent read may still be using it.
+func (h *Handle) readahead(obj meta.Object) *readahead.Reader {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ra == nil {
-		obj := h.pinned
-		h.ra = readahead.New(objectSource{h.fs, obj}, obj.Size,
-			readahead.Options{ChunkSize: h.fs.cfg.ReadAheadChunk, Window: h.fs.cfg.ReadAheadWindow})
+	if h.ra == nil || h.raObj != obj {
+		if h.ra != nil {
+			h.retired = append(h.retired, h.ra)
+		}
+		h.ra, h.raObj = readahead.New(objectSource{h.fs, obj}, obj.Size,
+			readahead.Options{ChunkSize: h.fs.cfg.ReadAheadChunk, Window: h.fs.cfg.ReadAheadWindow}), obj
 	}
 	return h.ra
 }
@@ -402,6 +446,10 @@ func (h *Handle) Release(ctx context.Context) {
 		h.ra.Close()
 		h.ra = nil
 	}
+	for _, ra := range h.retired {
+		ra.Close()
+	}
+	h.retired = nil
 	h.mu.Unlock()
 	fs := h.fs
 	fs.mu.Lock()
