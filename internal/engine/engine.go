@@ -303,9 +303,9 @@ func (e *Engine) checkpoint(ctx context.Context) {
 
 // evict keeps the tier under its capacity: it drops the cached data of
 // clean files whose bytes the bucket holds, least recently used first,
-// until the tier is 10% under its capacity. Dirty files, files not open
-// and anything the bucket lacks stay (meta.EvictData checks it again in
-// the transaction that drops the data).
+// until the tier is 10% under its capacity. Dirty files, open files and
+// anything the bucket lacks stay (meta.EvictData checks it again in the
+// transaction that drops the data).
 func (e *Engine) evict(ctx context.Context) {
 	u, err := e.Meta.Usage(ctx)
 	if err != nil || u.Total <= e.cfg.TierCapacity {

@@ -25,8 +25,8 @@
 // Update commits are atomic and visible to later Views at once, but not
 // necessarily durable: a crash may lose the most recent commits. [Store.Sync]
 // makes every Update that committed before it durable. The namespace calls it
-// where POSIX promises durability (fsync, and before the exporter reports an
-// object uploaded), so the common path pays no disk flush.
+// where POSIX promises durability (fsync), at every checkpoint, and before
+// the exporter touches the bucket, so the common path pays no disk flush.
 //
 // # The Pebble backend
 //

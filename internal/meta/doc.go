@@ -30,7 +30,12 @@
 // # Invariants
 //
 // All changes happen in one kv transaction each, so a crash leaves either the
-// whole operation or none of it. This package never talks to the bucket or
-// to the tier; it only records what they hold. Permission checks belong to
-// package vfs: meta applies what it is told.
+// whole operation or none of it. File data is part of that: a file's blocks
+// (package tier) are written in the same transaction as its size,
+// generation and queue entry (data.go), so no crash separates a file's
+// bytes from its record. Before the exporter writes an object it records
+// the key as an intent (intents.go), so no crash leaves an object of ours
+// that nothing records. This package never talks to the bucket; it records
+// what the bucket holds. Permission checks belong to package vfs: meta
+// applies what it is told.
 package meta

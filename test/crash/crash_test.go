@@ -42,20 +42,14 @@ func needsFUSE(t *testing.T) string {
 }
 
 // TestCrashRounds runs three crash rounds per store mode, through the same
-// code as `go run ./test/crash`, in well under two minutes.
-//
-// Today's engine is expected to break the rules (issue 9: it is being
-// redesigned so that they hold), so this test runs only with
-// BUCKETFS_CRASH_TEST=1 set. The engine's owner removes that guard once the
-// engine passes.
+// code as `go run ./test/crash`, in well under two minutes. The seed is
+// printed; `go run ./test/crash -seed N -rounds 1` replays a round.
 func TestCrashRounds(t *testing.T) {
-	if os.Getenv("BUCKETFS_CRASH_TEST") != "1" {
-		t.Skip("today's engine is expected to fail the crash rules; set BUCKETFS_CRASH_TEST=1 to run")
-	}
 	var out strings.Builder
 	cfg := &config{bin: needsFUSE(t), rounds: 3, seed: uint64(time.Now().UnixNano() % 1e9),
 		stores: []string{"embedded", "separate"}, big: true, maxWrite: 2500 * time.Millisecond,
 		workDir: t.TempDir(), out: &out}
+	t.Logf("seed %d (go run ./test/crash -seed %d replays the first round)", cfg.seed, cfg.seed)
 	results, err := runRounds(t.Context(), cfg)
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -71,15 +65,7 @@ func TestCrashRounds(t *testing.T) {
 // TestTheWriterModelIsTheMountWithoutACrash checks the checker: with no
 // kill, every file on the mount must be exactly its last state in the
 // writer's model, and no call may fail.
-//
-// Today's engine sometimes breaks this too, without any crash (a name
-// renamed away or unlinked comes back: create fails with EEXIST, or the
-// name shows bytes), so it has the same BUCKETFS_CRASH_TEST=1 guard as
-// TestCrashRounds, to be removed with it.
 func TestTheWriterModelIsTheMountWithoutACrash(t *testing.T) {
-	if os.Getenv("BUCKETFS_CRASH_TEST") != "1" {
-		t.Skip("today's engine sometimes fails this without a crash; set BUCKETFS_CRASH_TEST=1 to run")
-	}
 	cfg := &config{bin: needsFUSE(t), big: true, workDir: t.TempDir()}
 	seed := uint64(time.Now().UnixNano() % 1e9)
 	vs, inBucket, err := runNoCrash(t.Context(), cfg, seed, 2*time.Second)
