@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"bucketfs/internal/fusetest"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -87,6 +89,7 @@ func (p *fsProc) start(flags ...string) {
 	p.t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
+			fusetest.Abort(p.mnt)
 			cmd.Wait()
 		}
 		exec.Command("fusermount3", "-u", "-z", p.mnt).Run()
@@ -98,6 +101,10 @@ func (p *fsProc) start(flags ...string) {
 func (p *fsProc) kill9() {
 	p.t.Helper()
 	p.cmd.Process.Signal(syscall.SIGKILL)
+	// The dying process may wait on its own dead mount (fusetest.Abort).
+	if err := fusetest.Abort(p.mnt); err != nil {
+		p.t.Logf("abort the FUSE connection of %s: %v", p.mnt, err)
+	}
 	p.cmd.Wait()
 	if out, err := exec.Command("fusermount3", "-u", "-z", p.mnt).CombinedOutput(); err != nil {
 		p.t.Fatalf("clear dead mount: %v %s", err, out)

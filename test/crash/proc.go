@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"bucketfs/internal/fusetest"
 	"bucketfs/internal/s3local"
 )
 
@@ -78,6 +79,9 @@ func (p *fsProc) running() bool {
 func (p *fsProc) kill9() error {
 	if p.running() {
 		p.cmd.Process.Signal(syscall.SIGKILL)
+		// The dying process may wait on its own dead mount
+		// (fusetest.Abort explains).
+		fusetest.Abort(p.mnt)
 		<-p.exited
 	}
 	return unmount(p.mnt)
@@ -94,6 +98,7 @@ func (p *fsProc) stop() error {
 		case <-time.After(30 * time.Second):
 			err = errors.New("bucketfs did not exit within 30 s of SIGTERM; killed")
 			p.cmd.Process.Signal(syscall.SIGKILL)
+			fusetest.Abort(p.mnt)
 			<-p.exited
 		}
 	}
