@@ -25,7 +25,7 @@ func (s *server) file(fh uint64) *vfs.Handle {
 }
 
 func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	a, h, err := s.fs.Create(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
 	if err != nil {
@@ -100,7 +100,7 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	if h == nil {
 		return 0, fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	n, err := h.Write(ctx, data, int64(in.Offset))
 	return uint32(n), status(err)
@@ -117,7 +117,7 @@ func (s *server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if h == nil {
 		return fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(h.Fsync(ctx))
 }
@@ -140,7 +140,7 @@ func (s *server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.St
 	if h == nil {
 		return fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(h.Fallocate(ctx, in.Mode, int64(in.Offset), int64(in.Length)))
 }

@@ -141,6 +141,17 @@ func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
 // ctxOf makes a request's context from the channel go-fuse closes when the
 // kernel interrupts the request. It costs no goroutine: most requests never
 // leave the process, and those that do derive their own contexts.
+// uninterrupted is the context of an operation that changes the file
+// system: once begun it runs to the end, whatever interrupts the kernel
+// sends. Otherwise an interrupted rename, create or write could answer
+// EINTR after its change was made, and the caller could not tell it from
+// one never made. Interrupts are common: the Go runtime signals its
+// threads every few milliseconds to preempt goroutines, and a FUSE request
+// of such a thread is interrupted each time.
+func uninterrupted() (context.Context, context.CancelFunc) {
+	return context.Background(), func() {}
+}
+
 func ctxOf(cancel <-chan struct{}) (context.Context, context.CancelFunc) {
 	return interruptCtx{Context: context.Background(), done: cancel}, func() {}
 }
@@ -234,7 +245,7 @@ func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.A
 }
 
 func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	req := vfs.SetAttrIn{Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: int64(in.Size),
 		Atime: int64(in.Atime)*1e9 + int64(in.Atimensec), Mtime: int64(in.Mtime)*1e9 + int64(in.Mtimensec)}
@@ -274,33 +285,33 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 }
 
 func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	a, err := s.fs.Mknod(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	a, err := s.fs.Mkdir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(s.fs.Unlink(ctx, cred(h), vfs.Ino(h.NodeId), name))
 }
 
 func (s *server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(s.fs.Rmdir(ctx, cred(h), vfs.Ino(h.NodeId), name))
 }
 
 func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	var flags uint32
 	if in.Flags&1 != 0 { // RENAME_NOREPLACE
@@ -316,14 +327,14 @@ func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 }
 
 func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	a, err := s.fs.Link(ctx, cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	a, err := s.fs.Symlink(ctx, cred(h), vfs.Ino(h.NodeId), name, target)
 	return s.entry(a, err, out)
@@ -374,13 +385,13 @@ func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte
 }
 
 func (s *server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(s.fs.SetXattr(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), attr, data, int(in.Flags)))
 }
 
 func (s *server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := uninterrupted()
 	defer done()
 	return status(s.fs.RemoveXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr))
 }
