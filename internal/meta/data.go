@@ -127,7 +127,7 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 					u.Dirty+grow, lim.Dirty, syscall.ENOSPC)
 			}
 		}
-		delta, err := tier.Write(tx, uint64(ino), p, off)
+		delta, err := tier.Write(tx, uint64(ino), p, off, in.Size)
 		if err != nil {
 			return err
 		}

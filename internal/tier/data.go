@@ -15,12 +15,15 @@ import (
 // (negative: less) than before (see cost), so that the caller can keep
 // the inode's count of cached bytes in the same transaction.
 
-// Write stores p at off: the written bytes become present.
-func Write(tx kv.Txn, ino uint64, p []byte, off int64) (delta int64, err error) {
+// Write stores p at off: the written bytes become present. size is the
+// file's size before the write: no block lies past it, so a write past the
+// end (an append, a new file) looks up no old block there.
+func Write(tx kv.Txn, ino uint64, p []byte, off, size int64) (delta int64, err error) {
 	if err := checkRange(off, int64(len(p))); err != nil {
 		return 0, fmt.Errorf("tier: write inode %d: %w", ino, err)
 	}
-	return edit(tx, "write", ino, off, int64(len(p)), false, func(b *block, lo, hi int64, abs int64) {
+	exist := (max(size, 0) + BlockSize - 1) / BlockSize
+	return editExisting(tx, "write", ino, off, int64(len(p)), false, exist, func(b *block, lo, hi int64, abs int64) {
 		copy(b.data[lo:hi], p[abs-off:])
 		b.ext.add(lo, hi-lo)
 	})
@@ -262,6 +265,13 @@ func ranges(r kv.Reader, op string, ino uint64, off, end int64, fn func(rg Range
 // does not matter to a write. Blocks left with nothing present are deleted.
 func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
+	return editExisting(tx, op, ino, off, n, needOld, math.MaxInt64, change)
+}
+
+// editExisting is edit knowing that no block of index exist or more is
+// stored, so that it looks none of them up.
+func editExisting(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool, exist int64,
+	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
 	if n <= 0 {
 		return 0, nil
 	}
@@ -270,7 +280,7 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 	const window = 1024
 	first, last := off/BlockSize, (off+n-1)/BlockSize
 	for w := first; w <= last; w += window {
-		d, err := editWindow(tx, op, ino, off, n, w, min(w+window-1, last), needOld, change)
+		d, err := editWindow(tx, op, ino, off, n, w, min(w+window-1, last), needOld, exist, change)
 		delta += d
 		if err != nil {
 			return delta, err
@@ -280,32 +290,15 @@ func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
 }
 
 // editWindow is edit for the blocks first to last of [off, off+n).
-func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, needOld bool,
+func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, needOld bool, exist int64,
 	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
 	count := last - first + 1
 	olds := make([][]byte, count) // old values the edit needs
-	sizes := make([]int64, count) // present bytes of every old block
-	var bad error
-	err = tx.Scan(blockKey(ino, first), blockKey(ino, last+1), func(k, v []byte) bool {
-		idx := blockIndex(k)
-		c, err := cost(v)
-		if err != nil {
-			bad = blockErr(op, ino, idx, err)
-			return false
+	sizes := make([]int64, count) // what every old block costs
+	if first < exist {            // else no block of the window is stored
+		if err := scanOld(tx, op, ino, off, n, first, min(last+1, exist), needOld, olds, sizes); err != nil {
+			return 0, err
 		}
-		sizes[idx-first] = c
-		start := idx * BlockSize
-		whole := off <= start && start+BlockSize <= off+n
-		if needOld || !whole {
-			olds[idx-first] = append([]byte(nil), v...)
-		}
-		return true
-	})
-	if err == nil {
-		err = bad
-	}
-	if err != nil {
-		return 0, err
 	}
 	var b block
 	for idx := first; idx <= last; idx++ {
@@ -332,6 +325,32 @@ func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, nee
 		delta += b.cost() - sizes[idx-first]
 	}
 	return delta, nil
+}
+
+// scanOld reads the blocks [first, end) for edit: what each costs, and the
+// old value of those the edit needs (all with needOld, else those it
+// covers only in part).
+func scanOld(tx kv.Txn, op string, ino uint64, off, n, first, end int64, needOld bool, olds [][]byte, sizes []int64) error {
+	var bad error
+	err := tx.Scan(blockKey(ino, first), blockKey(ino, end), func(k, v []byte) bool {
+		idx := blockIndex(k)
+		c, err := cost(v)
+		if err != nil {
+			bad = blockErr(op, ino, idx, err)
+			return false
+		}
+		sizes[idx-first] = c
+		start := idx * BlockSize
+		whole := off <= start && start+BlockSize <= off+n
+		if needOld || !whole {
+			olds[idx-first] = append([]byte(nil), v...)
+		}
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	return err
 }
 
 // ErrStale is returned (wrapped) by a fill of bytes fetched from an object

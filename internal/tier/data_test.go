@@ -116,7 +116,7 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 						p[i] = byte(rng.IntN(256))
 					}
 					op = "write"
-					delta, err = Write(tx, ino, p, off)
+					delta, err = Write(tx, ino, p, off, size)
 					if end := off + int64(len(p)); end > size {
 						m.want = append(m.want, make([]byte, end-size)...)
 					}
@@ -170,7 +170,7 @@ func TestSeekFindsWrittenDataAndHolesPastBacked(t *testing.T) {
 	const ino = 7
 	// A local file: data at [8192, 8292), hole elsewhere, size 20000.
 	err := db.Update(context.Background(), func(tx kv.Txn) error {
-		_, err := Write(tx, ino, bytes.Repeat([]byte{1}, 100), 2*BlockSize)
+		_, err := Write(tx, ino, bytes.Repeat([]byte{1}, 100), 2*BlockSize, 0)
 		return err
 	})
 	if err != nil {
@@ -238,7 +238,7 @@ func TestAPunchCostsNothingAndLongEditsReadBack(t *testing.T) {
 	}
 	p := bytes.Repeat([]byte{9}, 5<<20+100)
 	err = db.Update(context.Background(), func(tx kv.Txn) error {
-		d, err := Write(tx, ino, p, 1000)
+		d, err := Write(tx, ino, p, 1000, size)
 		m.cached += d
 		copy(m.want[1000:], p)
 		return err
