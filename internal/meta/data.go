@@ -421,6 +421,12 @@ func (sn *Snapshot) ReadData(in *Inode, p []byte, off int64) (missing []tier.Ran
 	return tier.Read(sn.snap, uint64(in.Ino), p, off, in.Backed)
 }
 
+// QueuedAt returns when ino was due for export in the snapshot (the queue
+// token Synced compares), if it was queued.
+func (sn *Snapshot) QueuedAt(ino Ino) (due int64, queued bool, err error) {
+	return queuedAt(sn.snap, ino)
+}
+
 // Missing lists the ranges of [off, off+n) of in that are in.Base's bytes.
 func (sn *Snapshot) Missing(in *Inode, off, n int64) ([]tier.Range, error) {
 	return tier.Missing(sn.snap, uint64(in.Ino), off, n, in.Backed)

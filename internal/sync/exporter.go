@@ -314,6 +314,17 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	if err != nil {
 		return err
 	}
+	// Export only a state that was still quiet when the snapshot was
+	// taken: a change since the queue was read moved the inode's due time
+	// (its token). The kernel hands one write(2) over in several requests
+	// (a first piece up to a page boundary, then the rest), and a
+	// snapshot between them would upload a state the writer never asked
+	// for; such an inode is left queued for its new due time.
+	if due, queued, err := snap.QueuedAt(q.Ino); err != nil {
+		return err
+	} else if queued && due != q.Due {
+		return nil
+	}
 	if in.Ino == meta.RootIno || in.Has(meta.NoExport) {
 		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
 		return err
