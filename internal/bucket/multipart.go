@@ -232,6 +232,36 @@ func (c *Client) abandon(ctx context.Context, key string, uploadID *string, opt 
 // parts stored so far. An upload the store does not know (NoSuchUpload:
 // completed or aborted already) counts as aborted.
 func (c *Client) AbortUpload(ctx context.Context, key, uploadID string) error {
+	return c.abortUpload(ctx, key, uploadID)
+}
+
+// UploadsOf returns the ids of the multipart uploads in progress of
+// exactly key.
+func (c *Client) UploadsOf(ctx context.Context, key string) ([]string, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	full := *c.key(key)
+	var ids []string
+	in := &s3.ListMultipartUploadsInput{Bucket: &c.bucket, Prefix: &full}
+	for {
+		out, err := c.s3.ListMultipartUploads(op.ctx, in)
+		if err != nil {
+			return nil, c.fail(op, "list multipart uploads of", key, err)
+		}
+		op.progress()
+		for _, u := range out.Uploads {
+			if u.Key != nil && *u.Key == full && u.UploadId != nil {
+				ids = append(ids, *u.UploadId)
+			}
+		}
+		if out.IsTruncated == nil || !*out.IsTruncated || out.NextKeyMarker == nil {
+			return ids, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
+func (c *Client) abortUpload(ctx context.Context, key, uploadID string) error {
 	op := c.startOp(ctx)
 	defer op.done()
 	_, err := c.s3.AbortMultipartUpload(op.ctx, &s3.AbortMultipartUploadInput{

@@ -28,16 +28,18 @@ import (
 //	c/usage                     bytes the blocks hold: in all, of dirty files
 //	u<upload id>                object key of a multipart upload in flight (uploads.go)
 //	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
+//	U<key>                      a multipart upload of key about to be created (uploads.go)
 const (
-	pInode  = 'i'
-	pEntry  = 'd'
-	pLink   = 'l'
-	pXattr  = 'x'
-	pQueue  = 'q'
-	pDue    = 'Q'
-	pKey    = 'k'
-	pUpload = 'u'
-	pIntent = 'e'
+	pInode    = 'i'
+	pEntry    = 'd'
+	pLink     = 'l'
+	pXattr    = 'x'
+	pQueue    = 'q'
+	pDue      = 'Q'
+	pKey      = 'k'
+	pUpload   = 'u'
+	pIntent   = 'e'
+	pUploadOf = 'U'
 )
 
 var (

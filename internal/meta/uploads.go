@@ -48,6 +48,54 @@ func (s *Store) EndUpload(ctx context.Context, id string) error {
 	return nil
 }
 
+// A multipart upload is also recorded by its key before it is created
+// (BeginUploadOf), since its id comes only with the creation: a crash
+// between the creation and BeginUpload leaves an upload no id record names.
+// At the next start every upload of a key recorded so is aborted.
+
+func uploadOfKey(key string) []byte { return append([]byte{pUploadOf}, key...) }
+
+// BeginUploadOf records, durably, that a multipart upload of key is about
+// to be created.
+func (s *Store) BeginUploadOf(ctx context.Context, key string) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error { return tx.Set(uploadOfKey(key), nil) })
+	if err == nil {
+		err = s.kv.Sync(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("record an upload of %q: %w", key, err)
+	}
+	return nil
+}
+
+// EndUploadOf deletes the record of BeginUploadOf once the upload of key
+// is completed, aborted or recorded by its id (no sync needed, as for
+// EndUpload).
+func (s *Store) EndUploadOf(ctx context.Context, key string) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error { return tx.Delete(uploadOfKey(key)) })
+	if err != nil {
+		return fmt.Errorf("forget the upload of %q: %w", key, err)
+	}
+	return nil
+}
+
+// UploadsOf returns the keys recorded by BeginUploadOf.
+func (s *Store) UploadsOf(ctx context.Context) ([]string, error) {
+	var out []string
+	prefix := []byte{pUploadOf}
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		out = out[:0]
+		return r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			out = append(out, string(k[1:]))
+			return true
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list recorded uploads: %w", err)
+	}
+	return out, nil
+}
+
 // Uploads returns the recorded uploads, by id.
 func (s *Store) Uploads(ctx context.Context) ([]Upload, error) {
 	var out []Upload

@@ -719,6 +719,14 @@ func (e *Exporter) uploadFile(ctx context.Context, snap *meta.Snapshot, in *meta
 		}
 		parts = append(parts, bucket.Part{Off: off, Len: n, Src: &exportBody{ctx: ctx, e: e, snap: snap, in: in, lo: off, hi: off + n}})
 	}
+	if err := e.meta.BeginUploadOf(ctx, key); err != nil {
+		return bucket.ObjectInfo{}, err
+	}
+	defer func() {
+		if err := e.meta.EndUploadOf(context.WithoutCancel(ctx), key); err != nil {
+			e.log.Warn("forget an ended multipart upload; the next start looks for it, harmlessly", "key", key, "err", err)
+		}
+	}()
 	return e.bucket.PutParts(ctx, key, parts, e.cfg.Parallel, e.journalUploads(key, opt))
 }
 

@@ -26,10 +26,10 @@ import (
 // it. A record whose upload did end (the deletion was not durable yet)
 // names an id the store no longer knows, which AbortUpload takes as done.
 //
-// A crash between CreateMultipartUpload and the journal's sync leaves an
-// upload with no record; it has no parts either, so it holds no data, and
-// a lifecycle rule (AbortIncompleteMultipartUpload) is the way to clear
-// such uploads, as for any other tool's.
+// A crash between CreateMultipartUpload and the journal's sync would leave
+// an upload with no record, so the key is recorded, durably, before the
+// upload is created (meta.BeginUploadOf), and the next start aborts every
+// upload in progress of a key recorded so.
 
 // journalUploads returns opt with hooks that keep the journal of uploads in
 // flight in step with the multipart upload PutParts makes of key. An upload
@@ -73,7 +73,32 @@ func AbortOrphanedUploads(ctx context.Context, m *meta.Store, b *bucket.Client, 
 		}
 		aborted++
 	}
-	if len(ups) > 0 {
+	keys, err := m.UploadsOf(ctx)
+	if err != nil {
+		log.Warn("cannot read the journal of multipart uploads", "err", err)
+	}
+	for _, key := range keys {
+		// An upload of this key was about to be created, and maybe was,
+		// when the process stopped: every upload in progress of the key
+		// is one bucketfs started and nobody finishes.
+		ids, err := b.UploadsOf(ctx, key)
+		for _, id := range ids {
+			if aerr := b.AbortUpload(ctx, key, id); aerr != nil {
+				err = aerr
+			} else {
+				aborted++
+			}
+		}
+		if err != nil {
+			failed++
+			log.Warn("abort the multipart uploads of a key a crash cut short; trying again at the next start", "key", key, "err", err)
+			continue
+		}
+		if err := m.EndUploadOf(ctx, key); err != nil {
+			log.Warn("forget an aborted multipart upload", "key", key, "err", err)
+		}
+	}
+	if len(ups) > 0 || len(keys) > 0 {
 		log.Info("aborted multipart uploads a crash cut short", "aborted", aborted, "failed", failed)
 	}
 	return aborted

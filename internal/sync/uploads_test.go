@@ -196,3 +196,28 @@ func TestAnUploadTheStoreFailsToAbortKeepsItsRecordForTheNextStart(t *testing.T)
 		t.Errorf("log:\n%s", log.String())
 	}
 }
+
+// Found by the crash checker: a crash between CreateMultipartUpload and the
+// journal's record of the id left an upload nothing named. The key is now
+// recorded before the upload is created, and the next start aborts every
+// upload in progress of such a key, and none of other keys.
+func TestAnUploadCreatedJustBeforeACrashIsAbortedByItsKey(t *testing.T) {
+	s := newUploadStore(t)
+	m := newMeta(t)
+	ctx := context.Background()
+	if err := m.BeginUploadOf(ctx, "dir/big"); err != nil {
+		t.Fatal(err)
+	}
+	s.leave("fs/dir/big") // created; the crash came before its id was recorded
+	other := s.leave("fs/dir/other")
+	var log bytes.Buffer
+	if n := AbortOrphanedUploads(ctx, m, s.bucket, slog.New(slog.NewTextHandler(&log, nil))); n != 1 {
+		t.Errorf("AbortOrphanedUploads = %d, want 1", n)
+	}
+	if got := s.uploads(); !slices.Equal(got, []string{"fs/dir/other=" + other}) {
+		t.Errorf("uploads after the start: %v; want only the other key's", got)
+	}
+	if keys, err := m.UploadsOf(ctx); err != nil || len(keys) != 0 {
+		t.Errorf("the journal still holds %v (%v)", keys, err)
+	}
+}
