@@ -235,6 +235,17 @@ func (c *Client) AbortUpload(ctx context.Context, key, uploadID string) error {
 	return c.abortUpload(ctx, key, uploadID)
 }
 
+// HasParts reports whether the multipart upload id of key holds a part.
+func (c *Client) HasParts(ctx context.Context, key, id string) (bool, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.ListParts(op.ctx, &s3.ListPartsInput{Bucket: &c.bucket, Key: c.key(key), UploadId: &id, MaxParts: aws.Int32(1)})
+	if err != nil {
+		return false, c.fail(op, "list the parts of upload "+id+" of", key, err)
+	}
+	return len(out.Parts) > 0, nil
+}
+
 // UploadsOf returns the ids of the multipart uploads in progress of
 // exactly key.
 func (c *Client) UploadsOf(ctx context.Context, key string) ([]string, error) {

@@ -28,8 +28,9 @@ import (
 //
 // A crash between CreateMultipartUpload and the journal's sync would leave
 // an upload with no record, so the key is recorded, durably, before the
-// upload is created (meta.BeginUploadOf), and the next start aborts every
-// upload in progress of a key recorded so.
+// upload is created (meta.BeginUploadOf), and the next start aborts the
+// uploads in progress of a key recorded so that hold no part: ours cannot
+// hold one, since its first part waits for the record of its id.
 
 // journalUploads returns opt with hooks that keep the journal of uploads in
 // flight in step with the multipart upload PutParts makes of key. An upload
@@ -79,14 +80,23 @@ func AbortOrphanedUploads(ctx context.Context, m *meta.Store, b *bucket.Client, 
 	}
 	for _, key := range keys {
 		// An upload of this key was about to be created, and maybe was,
-		// when the process stopped: every upload in progress of the key
-		// is one bucketfs started and nobody finishes.
+		// when the process stopped. Ours holds no part (its first part is
+		// sent only once its id is recorded): an upload of the key without
+		// parts is ours, or holds nothing; one with parts is another
+		// tool's and stays.
 		ids, err := b.UploadsOf(ctx, key)
 		for _, id := range ids {
-			if aerr := b.AbortUpload(ctx, key, id); aerr != nil {
-				err = aerr
-			} else {
-				aborted++
+			has, perr := b.HasParts(ctx, key, id)
+			switch {
+			case perr != nil:
+				err = perr
+			case has:
+			default:
+				if aerr := b.AbortUpload(ctx, key, id); aerr != nil {
+					err = aerr
+				} else {
+					aborted++
+				}
 			}
 		}
 		if err != nil {
