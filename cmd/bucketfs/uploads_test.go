@@ -125,11 +125,18 @@ func TestKill9DuringAMultipartUploadLeavesNoPartsBehindAfterTheRestart(t *testin
 		t.Fatalf("after the kill the store holds uploads %v; want the one cut short", got)
 	}
 	// Uploads by other tools into the same bucket, one to the very same
-	// key: bucketfs did not start them and must leave them alone.
+	// key: bucketfs did not start them and must leave them alone. (One of
+	// bucketfs's own key that holds no part yet, started while bucketfs
+	// was down, would be taken for one of its own that a crash caught
+	// right after its creation: the other tool's here has sent a part.)
 	var theirs []string
 	for _, key := range []string{"huge", "elsewhere"} {
 		out, err := raw.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String(key)})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String(key), UploadId: out.UploadId,
+			PartNumber: aws.Int32(1), Body: bytes.NewReader([]byte("a part"))}); err != nil {
 			t.Fatal(err)
 		}
 		theirs = append(theirs, key+"="+aws.ToString(out.UploadId))
