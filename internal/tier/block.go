@@ -50,6 +50,15 @@ func blockIndex(k []byte) int64 { return int64(kv.Uint64(k[9:])) }
 type block struct {
 	ext  extents
 	data [BlockSize]byte
+	// zeros: ext is one range from 0 whose bytes are all zero (kindZero).
+	// Set by settle once the block is changed, before it is encoded.
+	zeros bool
+}
+
+// settle works out, once, what encodedLen, encode and cost need to know
+// of a changed block.
+func (b *block) settle() {
+	b.zeros = len(b.ext) == 1 && b.ext[0].Off == 0 && allZero(b.data[:b.ext[0].Len])
 }
 
 // reset makes b a block with nothing present.
@@ -111,10 +120,9 @@ func (b *block) encodedLen() int {
 	switch {
 	case len(b.ext) == 0:
 		return 0
+	case b.zeros:
+		return 3
 	case len(b.ext) == 1 && b.ext[0].Off == 0:
-		if allZero(b.data[:b.ext[0].Len]) {
-			return 3
-		}
 		return 1 + int(b.ext[0].Len)
 	}
 	return 3 + 4*len(b.ext) + int(b.ext.last())
@@ -128,7 +136,7 @@ func (b *block) encode(dst []byte) []byte {
 	}
 	if len(b.ext) == 1 && b.ext[0].Off == 0 {
 		n := b.ext[0].Len
-		if allZero(b.data[:n]) {
+		if b.zeros {
 			return binary.LittleEndian.AppendUint16(append(dst, kindZero), uint16(n))
 		}
 		return append(append(dst, kindFull), b.data[:n]...)
@@ -170,45 +178,20 @@ func cost(v []byte) (int64, error) {
 // cost is what b stores once encoded (see the function cost).
 func (b *block) cost() int64 {
 	switch {
-	case len(b.ext) == 0:
+	case len(b.ext) == 0, b.zeros:
 		return 0
 	case len(b.ext) == 1 && b.ext[0].Off == 0:
-		if allZero(b.data[:b.ext[0].Len]) {
-			return 0
-		}
 		return b.ext[0].Len
 	}
 	return b.ext.last()
 }
 
-// present returns how many bytes the encoded block v holds.
-func present(v []byte) (int64, error) {
-	if len(v) == 0 {
+// zeroLen returns L of a kindZero value.
+func zeroLen(v []byte) (int64, error) {
+	if len(v) != 3 {
 		return 0, errCorruptBlock
 	}
-	switch v[0] {
-	case kindFull:
-		return int64(len(v) - 1), nil
-	case kindZero:
-		if len(v) != 3 {
-			return 0, errCorruptBlock
-		}
-		return int64(binary.LittleEndian.Uint16(v[1:])), nil
-	case kindRanges:
-		if len(v) < 3 {
-			return 0, errCorruptBlock
-		}
-		count := int(binary.LittleEndian.Uint16(v[1:]))
-		if len(v) < 3+4*count {
-			return 0, errCorruptBlock
-		}
-		var n int64
-		for i := 0; i < count; i++ {
-			n += int64(binary.LittleEndian.Uint16(v[5+4*i:]))
-		}
-		return n, nil
-	}
-	return 0, errCorruptBlock
+	return int64(binary.LittleEndian.Uint16(v[1:])), nil
 }
 
 // eachRange calls fn for every present range of the encoded block v, in
@@ -221,7 +204,7 @@ func eachRange(v []byte, fn func(off int64, data []byte, n int64)) error {
 	case kindFull:
 		fn(0, v[1:], int64(len(v)-1))
 	case kindZero:
-		n, err := present(v)
+		n, err := zeroLen(v)
 		if err != nil {
 			return err
 		}

@@ -312,6 +312,7 @@ func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, nee
 			b.reset()
 		}
 		change(&b, lo, hi, start+lo)
+		b.settle()
 		key := blockKey(ino, idx)
 		if n := b.encodedLen(); n == 0 {
 			if sizes[idx-first] > 0 {
