@@ -94,7 +94,7 @@ func (p *fsProc) start(flags ...string) {
 		}
 		exec.Command("fusermount3", "-u", "-z", p.mnt).Run()
 	})
-	waitFor(p.t, "the mount", func() bool { return mounted(p.mnt) })
+	waitFor(p.t, "the mount", func() bool { return fusetest.Mounted(p.mnt) })
 }
 
 // kill9 kills the process with SIGKILL and clears the dead mount.
@@ -118,19 +118,6 @@ func (p *fsProc) stop() {
 	if err := p.cmd.Wait(); err != nil {
 		p.t.Fatalf("bucketfs exited with %v:\n%s", err, p.log)
 	}
-}
-
-func mounted(dir string) bool {
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[1] == dir && strings.HasPrefix(f[2], "fuse") {
-			return true
-		}
-	}
-	return false
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -47,3 +47,17 @@ func Abort(mnt string) error {
 	}
 	return nil
 }
+
+// Mounted reports whether a FUSE file system is mounted at dir.
+func Mounted(dir string) bool {
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[1] == dir && strings.HasPrefix(f[2], "fuse") {
+			return true
+		}
+	}
+	return false
+}

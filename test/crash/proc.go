@@ -59,7 +59,7 @@ func (p *fsProc) start(ctx context.Context) error {
 			return false, fmt.Errorf("bucketfs exited before mounting (%v); log: %s", cmd.ProcessState, p.logPath)
 		default:
 		}
-		return mounted(p.mnt), nil
+		return fusetest.Mounted(p.mnt), nil
 	})
 }
 
@@ -106,26 +106,13 @@ func (p *fsProc) stop() error {
 }
 
 func unmount(mnt string) error {
-	if !mounted(mnt) {
+	if !fusetest.Mounted(mnt) {
 		return nil
 	}
-	if out, err := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); err != nil && mounted(mnt) {
+	if out, err := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); err != nil && fusetest.Mounted(mnt) {
 		return fmt.Errorf("fusermount3 -u -z %s: %v %s", mnt, err, out)
 	}
 	return nil
-}
-
-func mounted(dir string) bool {
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[1] == dir && strings.HasPrefix(f[2], "fuse") {
-			return true
-		}
-	}
-	return false
 }
 
 // poll calls cond every 10 ms until it is true, fails, or the deadline or
