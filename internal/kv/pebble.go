@@ -18,7 +18,11 @@ import (
 // defaults suited to a metadata workload: small keys and values, many point
 // lookups, short scans of one directory.
 type PebbleOptions struct {
-	// CacheSize is the block cache size in bytes. Default 64 MiB.
+	// CacheSize is the block cache size in bytes. Default 64 MiB. Pebble
+	// charges its memtables to the block cache, so the cache is made
+	// larger by two memtables: without that, two live memtables (one
+	// being written, one flushing or kept for reuse) took the whole
+	// default cache, and every lookup read its blocks from the files.
 	CacheSize int64
 	// MemTableSize is the size of one memtable in bytes. Default 32 MiB.
 	MemTableSize uint64
@@ -76,7 +80,7 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	}
 	wal := newWALFS(opt.FS)
 	o := &pebble.Options{
-		CacheSize:          opt.CacheSize,
+		CacheSize:          opt.CacheSize + 2*int64(opt.MemTableSize),
 		MemTableSize:       opt.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		Lock:               lock,
