@@ -305,3 +305,44 @@ func getValue(s Store, key []byte) (v []byte, err error) {
 	})
 	return v, err
 }
+
+// Pebble charges its memtables to the block cache: with the default sizes,
+// once the memtables have filled, the block cache must still keep the
+// blocks a lookup reads, or every lookup goes to the files.
+func TestPebbleBlockCacheOutlivesFullMemtables(t *testing.T) {
+	st, err := OpenPebble(t.TempDir(), PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*pebbleStore)
+	ctx := context.Background()
+	val := make([]byte, 4096)
+	for i := range 24 << 10 { // 96 MiB: three memtables' worth
+		if i%256 == 0 {
+			err := s.Update(ctx, func(tx Txn) error {
+				for j := i; j < i+256; j++ {
+					if err := tx.Set(AppendUint64([]byte("b"), uint64(j)), val); err != nil {
+						return err
+					}
+				}
+				return tx.Set(AppendUint64([]byte("i"), uint64(i)), val[:64])
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	key := AppendUint64([]byte("i"), 256)
+	for range 10 {
+		if _, err := getValue(s, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := s.db.Metrics().BlockCache; m.Hits == 0 {
+		t.Fatalf("ten lookups of one key: block cache %+v, want hits", m)
+	}
+}
