@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/tier"
@@ -100,6 +101,30 @@ type Limits struct {
 	Total int64
 }
 
+// WritePiece is the largest write request the front ends pass to
+// WriteData: FUSE's max_write, the NFS server's wsize and the vfs's own
+// split are all this size. The kernel hands a larger write(2) over as
+// pieces of it, page-aligned, each its own transaction.
+const WritePiece = 1 << 20
+
+// PieceGrace is the time added to the quiet period of a file whose last
+// write looks like a piece that more of the same write(2) will follow, see
+// continues. The rule it keeps: the bucket receives states a write(2)
+// left, not the states between its pieces, unless the writer stalls
+// mid-write(2) for longer than the export delay plus PieceGrace.
+const PieceGrace = 5 * time.Second
+
+// continues tells whether a write of [off, off+n) looks like a piece of a
+// larger write(2) that more pieces will follow: it covers a whole
+// WritePiece of pages and ends on a page boundary. The last piece of a
+// write(2) usually does not; one of a write(2) whose end is so aligned
+// only delays its export by PieceGrace.
+func continues(off, n int64) bool {
+	const page = tier.BlockSize
+	end := off + n
+	return end%page == 0 && end-off/page*page == WritePiece
+}
+
 // WriteData writes p at off (at the end of the file when appending) and
 // records the change, in one transaction. now is the new mtime and ctime.
 // It returns the inode as written.
@@ -135,7 +160,16 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		in.Size = max(in.Size, off+int64(len(p)))
 		in.Mtime, in.Ctime = now, now
 		in.Mode &^= syscall.S_ISUID
-		return s.markChanged(tx, &in, DataChange, s.now())
+		due := s.now().Add(s.exportDelay)
+		if continues(off, int64(len(p))) {
+			// Most likely a piece of a larger write(2) that the kernel
+			// is still handing over: the quiet period gets PieceGrace
+			// more, so that a stall of the writer between two pieces
+			// does not export the state between them. The last piece
+			// brings the export back to the usual delay.
+			due = due.Add(PieceGrace)
+		}
+		return s.markChangedUntil(tx, &in, DataChange, due)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)

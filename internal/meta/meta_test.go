@@ -366,3 +366,67 @@ func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	}
 	db.Close()
 }
+
+// Found by the crash checker: a writer stalled between two pieces of one
+// large write(2) (the kernel hands it over 1 MiB at a time) for longer than
+// the export delay, and the bucket received the state between the pieces.
+// A write that fills a whole piece, ending on a page boundary, is most
+// likely followed by another, and its quiet period is PieceGrace longer;
+// the piece that ends the write(2) brings the export back to the delay.
+func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const delay = time.Second
+	s, err := Open(ctx, db, Options{ExportDelay: delay, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustCreate(t, s, RootIno, "f", syscall.S_IFREG|0o644)
+	dueAt := func() time.Time {
+		t.Helper()
+		due, err := s.Due(ctx, now.Add(time.Hour), 10)
+		if err != nil || len(due) != 1 {
+			t.Fatalf("queue: %v, %v", due, err)
+		}
+		return time.Unix(0, due[0].Due)
+	}
+	piece := make([]byte, WritePiece)
+	// The first piece of a write(2) at offset 100: up to the next piece
+	// boundary of pages.
+	if _, err := s.WriteData(ctx, f.Ino, piece[:WritePiece-100], 100, false, 0, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dueAt(), now.Add(delay+PieceGrace); !got.Equal(want) {
+		t.Fatalf("after a first piece, due %v, want %v", got, want)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if _, err := s.WriteData(ctx, f.Ino, piece, WritePiece, false, 0, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dueAt(), now.Add(delay+PieceGrace); !got.Equal(want) {
+		t.Fatalf("after a middle piece, due %v, want %v", got, want)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if _, err := s.WriteData(ctx, f.Ino, piece[:5000], 2*WritePiece, false, 0, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dueAt(), now.Add(delay); !got.Equal(want) {
+		t.Fatalf("after the last piece, due %v, want %v", got, want)
+	}
+	// Writes that are not pieces of a larger one: small, short of a piece,
+	// or a piece's length not ending on a page boundary.
+	for _, w := range []struct{ off, n int64 }{{0, 4096}, {0, WritePiece - 4096}, {100, WritePiece}, {4096, WritePiece - 100}} {
+		now = now.Add(time.Second)
+		if _, err := s.WriteData(ctx, f.Ino, piece[:w.n], w.off, false, 0, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dueAt(), now.Add(delay); !got.Equal(want) {
+			t.Fatalf("after a write of [%d,+%d), due %v, want %v", w.off, w.n, got, want)
+		}
+	}
+}

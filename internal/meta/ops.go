@@ -257,6 +257,11 @@ func isEmpty(r kv.Reader, dir Ino) (bool, error) {
 // markChanged records a change of in, writes it, and schedules it for
 // export after the quiet period.
 func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error {
+	return s.markChangedUntil(tx, in, c, now.Add(s.exportDelay))
+}
+
+// markChangedUntil is markChanged with the end of the quiet period given.
+func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) error {
 	switch c {
 	case AttrChange:
 		in.Gen++
@@ -270,18 +275,19 @@ func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error
 	if in.Has(NoExport) {
 		return nil
 	}
-	return s.restartQuietPeriod(tx, in.Ino, now)
+	return s.restartQuietPeriod(tx, in.Ino, due)
 }
 
-// restartQuietPeriod pushes ino's export to now plus the export delay. A
-// burst of writes would rewrite the queue entry on every write; within a
-// small fraction of the delay the entry is left as it is, so the export
-// may come that much earlier than a full quiet period.
-func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, now time.Time) error {
-	due := now.Add(s.exportDelay)
+// restartQuietPeriod moves ino's export to due. A burst of writes would
+// rewrite the queue entry on every write; when due is later than the
+// entry by a small fraction of the delay only, the entry is left as it
+// is, so the export may come that much earlier than a full quiet period.
+// An earlier due (the end of a split write, see PieceGrace) is always
+// taken.
+func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, due time.Time) error {
 	if at, queued, err := queuedAt(tx, ino); err != nil {
 		return err
-	} else if queued && due.UnixNano()-at < int64(s.exportDelay/64) {
+	} else if d := due.UnixNano() - at; queued && d >= 0 && d < int64(s.exportDelay/64) {
 		return nil
 	}
 	return enqueue(tx, ino, due)

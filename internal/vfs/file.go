@@ -398,7 +398,7 @@ func (s objectSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 
 // maxWrite bounds the bytes one transaction writes; a larger write is
 // several, as the kernel splits a large write(2) into requests anyway.
-const maxWrite = 1 << 20
+const maxWrite = meta.WritePiece
 
 // Write writes p at off (at the end of file for O_APPEND handles). Each
 // piece of at most maxWrite bytes lands in the tier in the same
