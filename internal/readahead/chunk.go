@@ -37,16 +37,13 @@ func (r *Reader) search(off int64) int {
 	return sort.Search(len(r.chunks), func(i int) bool { return r.chunks[i].end() > off })
 }
 
-// startFetch lists a chunk of [off, off+n) and starts its fetch. When no
-// buffer fits the memory bound it evicts idle chunks outside
-// [keepOff, keepEnd), if keepOff >= 0, and tries once more; it returns nil if
-// there is still none. Requires r.mu.
+// startFetch lists a chunk of [off, off+n) and starts its fetch. The chunk
+// is for the read of [keepOff, keepEnd), or read-ahead if keepOff < 0. When
+// no buffer fits the memory bound it evicts chunks until one does; it
+// returns nil if none is left to evict. Requires r.mu.
 func (r *Reader) startFetch(off, n, keepOff, keepEnd int64) *chunk {
 	buf := r.alloc(n)
-	if buf == nil && keepOff >= 0 {
-		r.dropChunks(func(c *chunk) bool {
-			return c.readers == 0 && !c.fetching && !c.overlaps(keepOff, keepEnd)
-		})
+	for buf == nil && r.evict(keepOff, keepEnd) {
 		buf = r.alloc(n)
 	}
 	if buf == nil {
@@ -66,6 +63,31 @@ func (r *Reader) startFetch(off, n, keepOff, keepEnd int64) *chunk {
 	r.fetches.Add(1)
 	go r.fetch(ctx, c)
 	return c
+}
+
+// evict drops an idle chunk, outside [keepOff, keepEnd) if keepOff >= 0, to
+// make room for a fetch: the one furthest behind of those no read of the
+// stream is waited for any more, whose first byte not yet read lies more
+// than twice the slack behind the stream position. The kernel keeps two
+// read-ahead windows in flight, the one read and the next, and a request of
+// the first may arrive after all of the second (seen: 31 MiB late). So a
+// chunk ahead of the position is never evicted: the stream has yet to read
+// it and would fetch it again (evicting those for a late read once made each
+// later fetch evict the next ones, and a cold read fetched most bytes
+// twice). Without a stream any idle chunk may go. It reports whether it
+// dropped one. Requires r.mu.
+func (r *Reader) evict(keepOff, keepEnd int64) bool {
+	for _, c := range r.chunks {
+		if c.readers > 0 || c.fetching || (keepOff >= 0 && c.overlaps(keepOff, keepEnd)) {
+			continue
+		}
+		if r.stream && min(r.taken.skip(c.off), c.end()) > r.pos-2*r.slack {
+			continue
+		}
+		r.dropChunks(func(d *chunk) bool { return d == c })
+		return true
+	}
+	return false
 }
 
 // fetch fills c from the Source, then publishes the result.

@@ -19,14 +19,14 @@
 // Each read is classified against what came before:
 //
 //   - a stream read lies close to the stream position (the highest end of the
-//     stream's reads), within a slack of max(ChunkSize, 2 MiB) either side,
+//     stream's reads), within a slack of max(ChunkSize, 16 MiB) either side,
 //     or inside the read-ahead window. The slack absorbs the reordering of the
 //     kernel's concurrent reads of one handle. The Reader then keeps fetching
 //     ahead: the first chunk of a stream is Options.InitialChunk long, for a
 //     quick first byte, and each next chunk doubles up to ChunkSize; the
 //     distance fetched ahead grows with the bytes read, up to Window chunks.
-//     Chunks that end more than the slack behind the stream position are
-//     released.
+//     A chunk is released once reads have taken all of its bytes, however
+//     late the last of them arrives.
 //   - a read that starts within 128 KiB after the previous read starts a new
 //     stream there. This is also how the first read at offset 0 starts one.
 //   - anything else is a random read. It is served by one small fetch of just
@@ -36,10 +36,19 @@
 //
 // # Invariants
 //
+//   - Each byte once: a sequential read of the object, whatever the order
+//     its reads arrive in within the kernel's read-ahead, fetches each byte
+//     at most once. The Reader remembers the bytes reads have taken: a
+//     chunk stays until they cover it, no fetch asks for taken bytes, and
+//     making room evicts only chunks no read is waited for any more, never
+//     read-ahead the stream has yet to reach (see Reader.take). Reading
+//     bytes again, a failed fetch, or memory full of chunks late reads
+//     still need may fetch bytes again.
 //   - Memory: buffers held by one Reader (in chunks, in flight, or kept for
-//     reuse) never exceed Window*ChunkSize bytes. Full-size buffers are reused
-//     through a per-Reader free list. A read whose range cannot be buffered
-//     within that bound is read straight into the caller's slice.
+//     reuse) never exceed Window*ChunkSize bytes plus the slack. Full-size
+//     buffers are reused through a per-Reader free list. A read whose range
+//     cannot be buffered within that bound is read straight into the
+//     caller's slice.
 //   - No fetch ever asks for bytes at or past the object size.
 //   - Errors are never swallowed: a failed chunk stays in the list until a read
 //     needing it receives the error, then it is forgotten, so retrying that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -34,6 +35,9 @@ const (
 	// frontend/fuse) lets a synchronous read arrive that far behind the
 	// asynchronous ones.
 	minSlack = 16 << 20
+	// maxTaken bounds the spans a Reader remembers of the bytes reads have
+	// taken; a sequential read needs a few, random reads forget the lowest.
+	maxTaken = 64
 )
 
 // ErrClosed is returned by reads of a closed Reader.
@@ -118,6 +122,7 @@ type Reader struct {
 	next   int64    // size of the stream's next chunk
 	last   [2]int64 // [off, end) of the previous read
 	jumps  int      // random reads in a row
+	taken  spans    // the bytes reads have taken, see take
 }
 
 // New returns a Reader of the first size bytes of src.
@@ -129,10 +134,11 @@ func New(src Source, size int64, opt Options) *Reader {
 		src:  src,
 		size: max(size, 0),
 		opt:  opt,
-		// Chunks up to slack behind the position are kept for reads that
-		// arrive late; the bound leaves room for them beside the Window
-		// chunks ahead, which would otherwise be cut to Window-2 fetches
-		// in flight (0.65x the raw store's cold read here instead of 0.8x).
+		// Chunks behind the position whose bytes have not all been read
+		// are kept for the reads that arrive late; the bound leaves slack
+		// bytes of room for them beside the Window chunks ahead, which
+		// would otherwise be cut to Window-2 fetches in flight (0.65x the
+		// raw store's cold read here instead of 0.8x).
 		budget: int64(opt.Window)*opt.ChunkSize + slack,
 		slack:  slack,
 		ctx:    ctx,
@@ -258,6 +264,7 @@ func (r *Reader) Stats() Stats {
 // Requires r.mu.
 func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 	kind := r.classify(off)
+	again := r.last == [2]int64{off, end}
 	switch kind {
 	case streamRead:
 		if off <= r.pos+r.slack {
@@ -265,7 +272,8 @@ func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 			// others leaves them in the stream.
 			r.pos = max(r.pos, end)
 		}
-		// Never fetch again what trimming just released.
+		// A read that moved the position far ahead does not wait for
+		// the stream to fetch all the way up to it.
 		r.front = max(r.front, r.pos-r.slack)
 		r.jumps = 0
 	case newStream:
@@ -286,15 +294,44 @@ func (r *Reader) plan(off, end int64) (held []*chunk, missed, ok bool) {
 
 	streaming := kind != randomRead
 	if streaming {
-		r.dropChunks(func(c *chunk) bool { return c.end() <= r.pos-r.slack })
 		missed = r.extend(end, off, end)
 	}
 	held, created, ok := r.cover(off, end, streaming)
+	r.take(off, end, kind != streamRead && !again)
 	if streaming {
 		ahead := min(r.budget, r.opt.InitialChunk+4*(r.pos-r.start))
 		r.extend(r.pos+ahead, -1, -1)
 	}
 	return held, missed || created, ok
+}
+
+// take records that a read takes [off, end) and releases the chunks all of
+// whose bytes reads have taken.
+//
+// The taken bytes keep the invariant that a sequential read of the object,
+// whatever the order its reads arrive in within the kernel's read-ahead,
+// fetches each byte at most once. Such a read takes each byte once, so:
+//
+//   - a chunk stays until reads have taken all of its bytes, however late
+//     the last of them arrives: only making room evicts it sooner, and not
+//     while a read of it may still be in flight (see evict);
+//   - a fetch never asks for bytes a read has taken: read-ahead passes over
+//     them (extend), and a fetch for a read stops at the next one (cover);
+//   - making room never drops a chunk ahead of the stream position.
+//
+// A jump (newPass) to bytes taken before starts a new pass over them, and
+// the taken bytes are forgotten; the previous read once more, as a shared
+// read falling back to a copy is, is no jump. Requires r.mu.
+func (r *Reader) take(off, end int64, newPass bool) {
+	if newPass && r.taken.overlaps(off, end) {
+		clear(r.taken)
+		r.taken = r.taken[:0]
+	}
+	r.taken.add(off, end)
+	if len(r.taken) > maxTaken {
+		r.taken = slices.Delete(r.taken, 0, 1)
+	}
+	r.dropChunks(func(c *chunk) bool { return c.overlaps(off, end) && r.taken.covers(c.off, c.end()) })
 }
 
 // classify tells how a read at off relates to the reads before it.
@@ -314,11 +351,11 @@ func (r *Reader) classify(off int64) access {
 }
 
 // extend fetches stream chunks from the stream's front until it reaches
-// limit. When [keepOff, keepEnd) is a read's range (keepOff >= 0), the read
-// needs these chunks: the window does not limit them, and idle chunks
-// outside the range may be evicted to make room. Otherwise it is read-ahead,
-// limited to Window chunks ahead of the stream position. It reports whether
-// it started a fetch. Requires r.mu.
+// limit, passing over bytes reads have taken. When [keepOff, keepEnd) is a
+// read's range (keepOff >= 0), the read needs these chunks: the window does
+// not limit them. Otherwise it is read-ahead, limited to Window chunks ahead
+// of the stream position. It reports whether it started a fetch.
+// Requires r.mu.
 func (r *Reader) extend(limit, keepOff, keepEnd int64) (started bool) {
 	limit = min(limit, r.size)
 	demand := keepOff >= 0
@@ -328,10 +365,14 @@ func (r *Reader) extend(limit, keepOff, keepEnd int64) (started bool) {
 			r.front = r.chunks[i].end()
 			continue
 		}
+		if skip := r.taken.skip(r.front); skip > r.front {
+			r.front = skip // reads have taken these bytes
+			continue
+		}
 		if !demand && r.ahead() >= r.opt.Window {
 			return started
 		}
-		n := min(r.next, r.size-r.front)
+		n := min(r.next, r.size-r.front, r.taken.from(r.front)-r.front)
 		if i < len(r.chunks) {
 			n = min(n, r.chunks[i].off-r.front)
 		}
@@ -348,8 +389,9 @@ func (r *Reader) extend(limit, keepOff, keepEnd int64) (started bool) {
 
 // cover takes a reference on each chunk covering [off, end), starting
 // fetches for the gaps: up to ChunkSize for a stream read, just the range
-// rounded up to 128 KiB for a random read. If a gap cannot be buffered it
-// drops the references and returns !ok. Requires r.mu.
+// rounded up to 128 KiB for a random read, and never past the read's end
+// into bytes a read has taken. If a gap cannot be buffered it drops the
+// references and returns !ok. Requires r.mu.
 func (r *Reader) cover(off, end int64, streaming bool) (held []*chunk, created, ok bool) {
 	for cur := off; cur < end; {
 		i := r.search(cur)
@@ -368,6 +410,7 @@ func (r *Reader) cover(off, end int64, streaming bool) (held []*chunk, created, 
 		if !streaming {
 			n = min(n, roundUp(end-cur, randomRound))
 		}
+		n = min(n, r.taken.from(end)-cur)
 		c := r.startFetch(cur, n, off, end)
 		if c == nil {
 			r.unholdLocked(held)
