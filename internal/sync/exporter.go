@@ -574,19 +574,32 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("delete %q: %w", k.Key, err)
-	case cur.ETag != k.ETag:
-		// Not what the file side recorded. If this inode wrote it under
-		// an intent (an upload a crash kept from being recorded), it is
-		// ours to delete; anything else is a bucket-side change.
-		who, _, ok := originOf(cur.Metadata)
-		if !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
-			return k.Key, nil
-		}
+	}
+	// The version decides, and who wrote it, never the ETag alone: the
+	// inode renamed over this one may have just uploaded the same bytes
+	// under the name, before its record of the name is committed.
+	who, _, tagged := originOf(cur.Metadata)
+	mine := tagged && who == inodeOrigin(e.meta.Fsid(), ino)
+	ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
+	exact := k.VersionID != "" && cur.VersionID == k.VersionID
+	seen := exact || (cur.ETag == k.ETag && (k.VersionID == "" || cur.VersionID == ""))
+	switch {
+	case ours && !mine && !exact:
+		// Another inode of this file system wrote it: the name is its
+		// now, and so is the object.
+		return "", nil
+	case seen:
+	case mine:
+		// Not what the file side recorded, but this inode wrote it: ours
+		// to delete if under an intent (an upload a crash kept from being
+		// recorded).
 		if intended, err := e.meta.HasIntent(ctx, ino, k.Key); err != nil {
 			return "", err
 		} else if !intended {
 			return k.Key, nil
 		}
+	default:
+		return k.Key, nil // a bucket-side change
 	}
 	if err := e.bucket.Delete(ctx, k.Key); err != nil {
 		return "", fmt.Errorf("delete %q: %w", k.Key, err)
