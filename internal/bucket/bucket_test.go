@@ -539,3 +539,38 @@ func TestBackoffGrowsToItsCapWithJitter(t *testing.T) {
 		}
 	}
 }
+
+// DeleteCurrent deletes the version the caller saw, and never hides one
+// written after it: that one stays current, and kept says so.
+func TestDeleteCurrentNeverHidesANewerVersion(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, "")
+	ctx := context.Background()
+	put := func(key, body string) ObjectInfo {
+		t.Helper()
+		w, err := c.Put(ctx, key, strings.NewReader(body), int64(len(body)), PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.Head(ctx, key, "")
+		if err != nil || h.VersionID != w.VersionID {
+			t.Fatalf("head after put: %+v, %v", h, err)
+		}
+		return h
+	}
+	seen := put("quiet", "v1")
+	if kept, err := c.DeleteCurrent(ctx, "quiet", seen); err != nil || kept {
+		t.Fatalf("DeleteCurrent of the current version: kept %v, %v", kept, err)
+	}
+	if _, err := c.Head(ctx, "quiet", ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after DeleteCurrent: %v, want not found", err)
+	}
+	seen = put("raced", "v1")
+	newer := put("raced", "v2") // lands between the look and the delete
+	if kept, err := c.DeleteCurrent(ctx, "raced", seen); err != nil || !kept {
+		t.Fatalf("DeleteCurrent over a newer version: kept %v, %v", kept, err)
+	}
+	if h, err := c.Head(ctx, "raced", ""); err != nil || h.VersionID != newer.VersionID {
+		t.Fatalf("after DeleteCurrent the newer version is not current: %+v, %v", h, err)
+	}
+}

@@ -410,6 +410,56 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 	return info, nil
 }
 
+// DeleteCurrent deletes the object at key, which the caller saw as cur (a
+// HEAD of its current version), without ever hiding a newer version: a
+// write that lands between the caller's look and the delete. It adds a
+// delete marker as Delete does; then, on a versioned bucket, it looks
+// under the marker, and if the newest version there is not cur but one
+// written after it, it removes its own marker again, so that version is
+// current as it was. kept reports that; the caller then treats the key as
+// changed in the bucket. Without version ids (an unversioned bucket) such
+// a write cannot be told apart or brought back, and DeleteCurrent is
+// Delete.
+func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) (kept bool, err error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)})
+	if err != nil {
+		err = c.fail(op, "delete", key, err)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	marker := aws.ToString(out.VersionId)
+	if marker == "" || cur.VersionID == "" {
+		return false, nil
+	}
+	// Versions of one key are listed newest first; delete markers come in
+	// their own list, so the first version of key is the newest object.
+	list, err := c.s3.ListObjectVersions(op.ctx, &s3.ListObjectVersionsInput{
+		Bucket: &c.bucket, Prefix: c.key(key), MaxKeys: aws.Int32(50),
+	})
+	if err != nil {
+		return false, c.fail(op, "list versions of", key, err)
+	}
+	for _, v := range list.Versions {
+		if c.rel(aws.ToString(v.Key)) != key {
+			continue
+		}
+		id := aws.ToString(v.VersionId)
+		if id == cur.VersionID || aws.ToTime(v.LastModified).Before(cur.LastModified) {
+			return false, nil
+		}
+		_, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key), VersionId: &marker})
+		if err != nil {
+			return false, c.fail(op, "remove the delete marker of", key, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 // Delete removes the object at key: on a versioned bucket it adds a delete
 // marker and keeps the versions. Deleting a missing key is not an error.
 func (c *Client) Delete(ctx context.Context, key string) error {

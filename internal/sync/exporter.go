@@ -58,6 +58,10 @@ type Exporter struct {
 	bytes     atomic.Int64
 	failures  atomic.Int64
 	conflicts atomic.Int64
+
+	// beforeDelete, if set, runs between the look at an object and its
+	// delete in deleteIfUnchanged: tests put a bucket-side write there.
+	beforeDelete func(key string)
 }
 
 // NewExporter returns an exporter. The importer is used to list a renamed
@@ -270,6 +274,18 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 	return failed
 }
 
+// deletesRefused counts and logs, as conflicts, the keys whose delete the
+// file side wanted but the bucket had changed since bucketfs last saw
+// them (the bucket wins: the object stays), and has the importer bring
+// them to the file side.
+func (e *Exporter) deletesRefused(ino meta.Ino, keys []string) {
+	for _, k := range keys {
+		e.conflicts.Add(1)
+		e.log.Warn("conflict: the file side removed a name the bucket changed meanwhile; the bucket's version wins", "key", k, "ino", ino)
+	}
+	e.revalidateLater(keys)
+}
+
 // revalidateLater has the importer compare keys with the bucket once the
 // inode lock is released.
 func (e *Exporter) revalidateLater(keys []string) {
@@ -451,7 +467,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			}
 		}
 	}
-	defer e.revalidateLater(conflicts)
+	defer e.deletesRefused(in.Ino, conflicts)
 	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
 		cur.Keys = keep
 		if base == in.Base {
@@ -601,8 +617,17 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	default:
 		return k.Key, nil // a bucket-side change
 	}
-	if err := e.bucket.Delete(ctx, k.Key); err != nil {
+	if e.beforeDelete != nil {
+		e.beforeDelete(k.Key)
+	}
+	// A bucket-side write may land between the HEAD and the delete: the
+	// delete never hides it, and it is a change like any other.
+	kept, err := e.bucket.DeleteCurrent(ctx, k.Key, cur)
+	if err != nil {
 		return "", fmt.Errorf("delete %q: %w", k.Key, err)
+	}
+	if kept {
+		return k.Key, nil
 	}
 	return "", nil
 }
@@ -875,13 +900,19 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 		}
 		keep = append(keep, old)
 	}
+	var conflicts []string
 	for _, k := range in.Keys {
 		if k.Key != newKey {
-			if _, err := e.deleteIfUnchanged(ctx, in.Ino, k); err != nil {
+			c, err := e.deleteIfUnchanged(ctx, in.Ino, k)
+			if err != nil {
 				return err
+			}
+			if c != "" {
+				conflicts = append(conflicts, c)
 			}
 		}
 	}
+	defer e.deletesRefused(in.Ino, conflicts)
 	after, done, err := e.meta.Synced(ctx, q, gen, func(cur *meta.Inode) {
 		cur.Keys = keep
 		if newKey != "" {

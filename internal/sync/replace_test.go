@@ -5,6 +5,7 @@ import (
 	"context"
 	"syscall"
 	"testing"
+	"time"
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
@@ -71,5 +72,66 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 	}
 	if _, err := b.Head(ctx, "a", ""); err != nil {
 		t.Fatalf("after the flush, a: %v", err)
+	}
+}
+
+// Issue 10, item 5: a bucket-side PUT that lands between bucketfs's look
+// at an object and its delete of it (the file was removed on the file side)
+// must not end under bucketfs's delete marker: the bucket wins, so the PUT
+// stays current and counts as a change of the bucket.
+func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
+	st := newUploadStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, st.bucket, ImporterConfig{})
+	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	ctx := context.Background()
+	list(t, m, im, "") // the root is listed, as after a mount's start
+	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WriteData(ctx, in.Ino, []byte("file side"), 0, false, 0, meta.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove(ctx, meta.RootIno, "f", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	theirs := []byte("bucket side")
+	var landed bucket.ObjectInfo
+	e.beforeDelete = func(key string) {
+		e.beforeDelete = nil
+		if landed, err = st.bucket.Put(ctx, key, bytes.NewReader(theirs), int64(len(theirs)), bucket.PutOptions{}); err != nil {
+			t.Errorf("the bucket-side put: %v", err)
+		}
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if landed.VersionID == "" {
+		t.Fatal("the bucket-side put never ran, or the bucket has no versions")
+	}
+	cur, err := st.bucket.Head(ctx, "f", "")
+	if err != nil {
+		t.Fatalf("the bucket-side write is hidden under a delete marker: %v", err)
+	}
+	if cur.VersionID != landed.VersionID {
+		t.Fatalf("f is version %s, want the bucket-side write %s", cur.VersionID, landed.VersionID)
+	}
+	if n := e.conflicts.Load(); n != 1 {
+		t.Fatalf("conflicts counted: %d, want 1", n)
+	}
+	// The file side gets the bucket's version back.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		in, err := m.Lookup(ctx, meta.RootIno, "f")
+		if err == nil && in.Size == int64(len(theirs)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the file side never got the bucket's f back: %+v, %v", in, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
