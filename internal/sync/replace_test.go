@@ -135,3 +135,49 @@ func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Issue 10, item 6: restoring an older version in the bucket (a copy of
+// it over the key) carries bucketfs's own origin tag with that version's
+// generation. It is a bucket-side change all the same: the file side
+// shows the restored bytes, not the newer ones it exported.
+func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T) {
+	st := newUploadStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, st.bucket, ImporterConfig{})
+	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	ctx := context.Background()
+	list(t, m, im, "")
+	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := func(body string) meta.Object {
+		t.Helper()
+		if _, err := m.ResizeData(ctx, in.Ino, 0, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.WriteData(ctx, in.Ino, []byte(body), 0, false, 0, meta.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cur, err := m.Get(ctx, in.Ino)
+		if err != nil || len(cur.Keys) != 1 {
+			t.Fatalf("after the export: %+v, %v", cur.Keys, err)
+		}
+		return cur.Keys[0]
+	}
+	v1 := export("version one, the longer one")
+	export("version two")
+	if _, err := st.bucket.Copy(ctx, "f", "f", v1.VersionID, bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Revalidate(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Lookup(ctx, meta.RootIno, "f")
+	if err != nil || got.Size != v1.Size {
+		t.Fatalf("after the restore the file side has size %d (%v), want the restored %d", got.Size, err, v1.Size)
+	}
+}

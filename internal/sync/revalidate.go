@@ -180,11 +180,15 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 			known = k
 		}
 	}
-	if exists && known.Key != "" && known.ETag == head.ETag {
+	if exists && known.Key != "" && sameVersion(known, head) {
 		return nil // what the file side saw (or just exported)
 	}
-	if who, _, ok := originOf(head.Metadata); exists && ok && who == inodeOrigin(im.meta.Fsid(), child.Ino) {
-		return nil // this inode's own export, not yet recorded: the exporter adopts it
+	if who, gen, ok := originOf(head.Metadata); exists && ok && who == inodeOrigin(im.meta.Fsid(), child.Ino) && gen > child.ExportedGen {
+		// This inode's own export of a generation newer than any it
+		// recorded: not recorded yet, the exporter adopts it. An older
+		// generation under our tag is a copy of an earlier version (a
+		// restore in the bucket): a bucket-side change like any other.
+		return nil
 	}
 	if exists && child.IsDir() {
 		im.reject(key, "object beside a directory of the same name")
@@ -369,4 +373,14 @@ func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl t
 	}
 	im.validated(in)
 	return nil
+}
+
+// sameVersion tells whether the object the bucket shows is the version the
+// file side recorded: by version id where the bucket gives them, by ETag
+// only where it does not (an unversioned bucket).
+func sameVersion(known meta.Object, head bucket.ObjectInfo) bool {
+	if known.VersionID != "" && head.VersionID != "" {
+		return known.VersionID == head.VersionID
+	}
+	return known.ETag == head.ETag
 }
