@@ -241,7 +241,7 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		Role:   auth.RoleAdmin,
 	})
 	root := middlewares.RootUserConfig{Access: s.AccessKey, Secret: s.SecretKey}
-	api, err := s3api.New(s.backend, root, cfg.Region, iam, nil, nil, events, nil, opts...)
+	api, err := s3api.New(newSerialBackend(s.backend), root, cfg.Region, iam, nil, nil, events, nil, opts...)
 	if err != nil {
 		return fmt.Errorf("s3local: start: create S3 API server: %w", err)
 	}

@@ -289,3 +289,62 @@ func TestStartOnAFixedPortThatIsTakenFails(t *testing.T) {
 		t.Fatalf("failed Start left the process guard taken")
 	}
 }
+
+// Issue 10, item 14: on the versioned bucket, a PUT racing a DELETE of the
+// same key was answered with a version id that then did not exist. The
+// rule: every version id the store acknowledges is listed afterwards (a
+// delete adds a marker; it never removes a version).
+func TestEveryAcknowledgedVersionOfRacingPutsAndDeletesIsListed(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	const rounds = 200
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for i := range rounds {
+		key := aws.String("race/k" + string(rune('a'+i%4)))
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			out, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: key, Body: bytes.NewReader([]byte("body"))})
+			if err != nil {
+				t.Errorf("put: %v", err)
+				return
+			}
+			mu.Lock()
+			acked = append(acked, aws.ToString(out.VersionId))
+			mu.Unlock()
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: key}); err != nil {
+				t.Errorf("delete: %v", err)
+			}
+		}()
+		if i%8 == 7 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	listed := map[string]bool{}
+	p := s3.NewListObjectVersionsPaginator(c, &s3.ListObjectVersionsInput{Bucket: aws.String(s.Bucket), Prefix: aws.String("race/")})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range page.Versions {
+			listed[aws.ToString(v.VersionId)] = true
+		}
+	}
+	lost := 0
+	for _, id := range acked {
+		if !listed[id] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged versions are not listed", lost, len(acked))
+	}
+}

@@ -1,0 +1,100 @@
+package s3local
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3response"
+)
+
+// serialBackend runs the requests that add a version or a delete marker to
+// one key one at a time. versitygw's posix backend moves the current
+// object of a key into its versions directory and puts the new one in its
+// place as separate file operations; a PUT and a DELETE of the same key at
+// once could interleave them and acknowledge a version id that then did
+// not exist (14 to 36 of 200 racing pairs). With them serialised, every
+// version the store acknowledges is listed afterwards. Reads and requests
+// on different keys still run concurrently.
+type serialBackend struct {
+	backend.Backend
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+func newSerialBackend(be backend.Backend) *serialBackend {
+	return &serialBackend{Backend: be, locks: map[string]*keyLock{}}
+}
+
+// lock takes the locks of bucket's keys, in order, and returns the
+// function that releases them.
+func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
+	names := make([]string, 0, len(keys))
+	for _, k := range keys {
+		names = append(names, aws.ToString(bucket)+"/"+aws.ToString(k))
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	held := make([]*keyLock, 0, len(names))
+	for _, n := range names {
+		b.mu.Lock()
+		l := b.locks[n]
+		if l == nil {
+			l = &keyLock{}
+			b.locks[n] = l
+		}
+		l.users++
+		b.mu.Unlock()
+		l.Lock()
+		held = append(held, l)
+	}
+	return func() {
+		for i, l := range held {
+			l.Unlock()
+			b.mu.Lock()
+			if l.users--; l.users == 0 {
+				delete(b.locks, names[i])
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.PutObject(ctx, in)
+}
+
+func (b *serialBackend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.CopyObject(ctx, in)
+}
+
+func (b *serialBackend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.DeleteObject(ctx, in)
+}
+
+func (b *serialBackend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (s3response.DeleteResult, error) {
+	var keys []*string
+	if in.Delete != nil {
+		for _, o := range in.Delete.Objects {
+			keys = append(keys, o.Key)
+		}
+	}
+	defer b.lock(in.Bucket, keys...)()
+	return b.Backend.DeleteObjects(ctx, in)
+}
+
+func (b *serialBackend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput) (s3response.CompleteMultipartUploadResult, string, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.CompleteMultipartUpload(ctx, in)
+}
