@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -572,5 +575,71 @@ func TestDeleteCurrentNeverHidesANewerVersion(t *testing.T) {
 	}
 	if h, err := c.Head(ctx, "raced", ""); err != nil || h.VersionID != newer.VersionID {
 		t.Fatalf("after DeleteCurrent the newer version is not current: %+v, %v", h, err)
+	}
+}
+
+// Issue 10, item 10: listings ask for URL-encoded keys. versitygw (the
+// store here) ignores the request and says so by not echoing it: keys then
+// come as they are, a literal percent sign or plus included, and a key
+// with a control character (which its XML writer replaces with U+FFFD)
+// does not keep the rest of its directory from being listed.
+func TestListingsOfAStoreWithoutURLEncodingTakeKeysAsTheyAre(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, "")
+	ctx := context.Background()
+	for _, k := range []string{"ctl/a\x01b", "ctl/100%25 sure+plus", "ctl/plain"} {
+		if _, err := c.Put(ctx, k, strings.NewReader("x"), 1, PutOptions{}); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+	}
+	l, err := c.List(ctx, "ctl/", "", 0)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var got []string
+	for _, o := range l.Objects {
+		got = append(got, o.Key)
+	}
+	if len(got) != 3 || !slices.Contains(got, "ctl/100%25 sure+plus") || !slices.Contains(got, "ctl/plain") {
+		t.Fatalf("List = %q", got)
+	}
+}
+
+// Where the store does encode (AWS, MinIO: a key may hold U+0001, which
+// XML 1.0 cannot carry, and without the encoding the page did not parse),
+// keys and prefixes are decoded, '+' and '%XX' alike. No such store runs
+// here, so this one answer is canned: a ListObjectsV2 reply as AWS sends
+// it with encoding-type=url.
+func TestListingsDecodeURLEncodedKeys(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("encoding-type") != "url" {
+			t.Errorf("listing without encoding-type=url: %s", r.URL)
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix>ctl%2F</Prefix><KeyCount>3</KeyCount><MaxKeys>1000</MaxKeys><Delimiter>%2F</Delimiter><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>
+<Contents><Key>ctl/a%01b</Key><LastModified>2026-12-01T00:00:00.000Z</LastModified><ETag>"e"</ETag><Size>1</Size></Contents>
+<Contents><Key>ctl/100%2525+sure%2Bplus</Key><LastModified>2026-12-01T00:00:00.000Z</LastModified><ETag>"e"</ETag><Size>1</Size></Contents>
+<CommonPrefixes><Prefix>ctl/sub%02/</Prefix></CommonPrefixes></ListBucketResult>`)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(context.Background(), Config{Bucket: "b", Endpoint: srv.URL, Region: "us-east-1",
+		AccessKey: "a", SecretKey: "s", OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.List(context.Background(), "ctl/", "", 0)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var got []string
+	for _, o := range l.Objects {
+		got = append(got, o.Key)
+	}
+	got = append(got, l.Prefixes...)
+	want := []string{"ctl/a\x01b", "ctl/100%25 sure+plus", "ctl/sub\x02/"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("List = %q, want %q", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -30,6 +31,7 @@ func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Li
 		Prefix:            c.key(dirPrefix),
 		Delimiter:         aws.String("/"),
 		ContinuationToken: optional(token),
+		EncodingType:      types.EncodingTypeUrl,
 	}
 	if max > 0 {
 		in.MaxKeys = aws.Int32(int32(min(max, 1000)))
@@ -38,15 +40,16 @@ func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Li
 	if err != nil {
 		return Listing{}, c.fail(op, "list", dirPrefix, err)
 	}
+	dec := keyDecoder(out.EncodingType)
 	l := Listing{
 		Objects:   make([]ObjectInfo, 0, len(out.Contents)),
-		Prefixes:  c.prefixes(out.CommonPrefixes),
+		Prefixes:  c.prefixes(out.CommonPrefixes, dec),
 		NextToken: aws.ToString(out.NextContinuationToken),
 		Truncated: aws.ToBool(out.IsTruncated),
 	}
 	for _, o := range out.Contents {
 		l.Objects = append(l.Objects, ObjectInfo{
-			Key:          c.rel(aws.ToString(o.Key)),
+			Key:          c.rel(dec(o.Key)),
 			Size:         aws.ToInt64(o.Size),
 			ETag:         unquote(o.ETag),
 			LastModified: aws.ToTime(o.LastModified),
@@ -55,10 +58,29 @@ func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Li
 	return l, nil
 }
 
-func (c *Client) prefixes(cps []types.CommonPrefix) []string {
+// keyDecoder returns the function that turns a key (or prefix) of a listing
+// into the key itself. Listings ask for EncodingType=url: a key may hold
+// characters XML 1.0 cannot carry (U+0001 is a valid key on AWS and MinIO),
+// and without the encoding such a key made the whole page unreadable. A
+// store that ignores the request says so by not echoing the encoding
+// type, and its keys are taken as they are.
+func keyDecoder(enc types.EncodingType) func(*string) string {
+	if enc != types.EncodingTypeUrl {
+		return aws.ToString
+	}
+	return func(s *string) string {
+		k, err := url.QueryUnescape(aws.ToString(s))
+		if err != nil {
+			return aws.ToString(s) // not encoded after all
+		}
+		return k
+	}
+}
+
+func (c *Client) prefixes(cps []types.CommonPrefix, dec func(*string) string) []string {
 	out := make([]string, 0, len(cps))
 	for _, p := range cps {
-		out = append(out, c.rel(aws.ToString(p.Prefix)))
+		out = append(out, c.rel(dec(p.Prefix)))
 	}
 	return out
 }
@@ -91,6 +113,7 @@ func (c *Client) ListVersions(ctx context.Context, dirPrefix, keyMarker, version
 		Prefix:          c.key(dirPrefix),
 		Delimiter:       aws.String("/"),
 		VersionIdMarker: optional(versionMarker),
+		EncodingType:    types.EncodingTypeUrl,
 	}
 	if keyMarker != "" {
 		in.KeyMarker = c.key(keyMarker)
@@ -102,18 +125,19 @@ func (c *Client) ListVersions(ctx context.Context, dirPrefix, keyMarker, version
 	if err != nil {
 		return VersionListing{}, c.fail(op, "list versions in", dirPrefix, err)
 	}
+	dec := keyDecoder(out.EncodingType)
 	l := VersionListing{
-		Prefixes:          c.prefixes(out.CommonPrefixes),
+		Prefixes:          c.prefixes(out.CommonPrefixes, dec),
 		NextVersionMarker: aws.ToString(out.NextVersionIdMarker),
 		Truncated:         aws.ToBool(out.IsTruncated),
 	}
 	if out.NextKeyMarker != nil {
-		l.NextKeyMarker = c.rel(*out.NextKeyMarker)
+		l.NextKeyMarker = c.rel(dec(out.NextKeyMarker))
 	}
 	for _, v := range out.Versions {
 		l.Versions = append(l.Versions, Version{
 			ObjectInfo: ObjectInfo{
-				Key:          c.rel(aws.ToString(v.Key)),
+				Key:          c.rel(dec(v.Key)),
 				Size:         aws.ToInt64(v.Size),
 				ETag:         unquote(v.ETag),
 				VersionID:    aws.ToString(v.VersionId),
@@ -125,7 +149,7 @@ func (c *Client) ListVersions(ctx context.Context, dirPrefix, keyMarker, version
 	for _, m := range out.DeleteMarkers {
 		l.Versions = append(l.Versions, Version{
 			ObjectInfo: ObjectInfo{
-				Key:            c.rel(aws.ToString(m.Key)),
+				Key:            c.rel(dec(m.Key)),
 				VersionID:      aws.ToString(m.VersionId),
 				LastModified:   aws.ToTime(m.LastModified),
 				IsDeleteMarker: true,

@@ -438,13 +438,14 @@ func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) 
 	// Versions of one key are listed newest first; delete markers come in
 	// their own list, so the first version of key is the newest object.
 	list, err := c.s3.ListObjectVersions(op.ctx, &s3.ListObjectVersionsInput{
-		Bucket: &c.bucket, Prefix: c.key(key), MaxKeys: aws.Int32(50),
+		Bucket: &c.bucket, Prefix: c.key(key), MaxKeys: aws.Int32(50), EncodingType: types.EncodingTypeUrl,
 	})
 	if err != nil {
 		return false, c.fail(op, "list versions of", key, err)
 	}
+	dec := keyDecoder(list.EncodingType)
 	for _, v := range list.Versions {
-		if c.rel(aws.ToString(v.Key)) != key {
+		if c.rel(dec(v.Key)) != key {
 			continue
 		}
 		id := aws.ToString(v.VersionId)
