@@ -178,3 +178,21 @@ func sortVersions(vs []Version) {
 		return b.LastModified.Compare(a.LastModified)
 	})
 }
+
+// HasCurrentUnder tells whether any current object has a key under
+// dirPrefix (relative, ending in "/"), at any depth. Some stores (MinIO,
+// versitygw) list a prefix as a common prefix while it holds only
+// noncurrent versions and delete markers; a listing without a delimiter
+// shows current objects only, so one key of it settles whether the prefix
+// is a directory the bucket really has.
+func (c *Client) HasCurrentUnder(ctx context.Context, dirPrefix string) (bool, error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.ListObjectsV2(op.ctx, &s3.ListObjectsV2Input{
+		Bucket: &c.bucket, Prefix: c.key(dirPrefix), MaxKeys: aws.Int32(1), EncodingType: types.EncodingTypeUrl,
+	})
+	if err != nil {
+		return false, c.fail(op, "list", dirPrefix, err)
+	}
+	return len(out.Contents) > 0, nil
+}

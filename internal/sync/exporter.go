@@ -683,11 +683,13 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		}
 		cur, herr := e.bucket.Head(ctx, key, "")
 		switch {
-		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "":
-			return info, err // deleted in the bucket meanwhile: a conflict
+		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "" && exportedUnder(in, key):
+			return info, err // this inode's object, deleted in the bucket meanwhile: a conflict
 		case errors.Is(herr, bucket.ErrNotFound):
-			// Gone since the write was refused (another inode of ours
-			// deleted its old object under this name): write as new.
+			// Gone since the write was refused: the object this write
+			// was to replace was another inode's of ours (the name's
+			// holder before a rename onto it), and that inode deleted it,
+			// as it may before this write. Write as new.
 		case herr != nil:
 			return info, err
 		default:
@@ -726,6 +728,16 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		info, err = write(opt)
 	}
 	return info, err
+}
+
+// exportedUnder tells whether in has exported under key.
+func exportedUnder(in *meta.Inode, key string) bool {
+	for _, k := range in.Keys {
+		if k.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // uploadFile uploads a regular file as snap holds it, so writes during the

@@ -201,13 +201,20 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 		var items []meta.Imported
 		dirs := map[string]bool{}
 		pos := "" // the listing has passed every key up to pos
-		for _, p := range page.Prefixes {
+		real, err := im.realPrefixes(ctx, page.Prefixes)
+		if err != nil {
+			return fmt.Errorf("list %q: %w", prefix, err)
+		}
+		for i, p := range page.Prefixes {
 			dirs[p] = true
 			pos = max(pos, p)
 			name := p[len(prefix) : len(p)-1]
 			if why := validSegment(name); why != "" {
 				im.reject(p, why)
 				continue
+			}
+			if !real[i] {
+				continue // only deleted objects under it: no directory
 			}
 			mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
 			items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})
@@ -251,6 +258,26 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			return nil
 		}
 	}
+}
+
+// realPrefixes tells, for each common prefix of a listing, whether a
+// current object lies under it (see bucket.HasCurrentUnder), asking the
+// store about several at once.
+func (im *Importer) realPrefixes(ctx context.Context, prefixes []string) ([]bool, error) {
+	real := make([]bool, len(prefixes))
+	errs := make([]error, len(prefixes))
+	sem := make(chan struct{}, 16)
+	var wg gosync.WaitGroup
+	for i, p := range prefixes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			real[i], errs[i] = im.bucket.HasCurrentUnder(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return real, errors.Join(errs...)
 }
 
 type pageResult struct {
@@ -402,7 +429,7 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 	}
 	var it meta.Imported
 	switch {
-	case len(under.Objects) > 0 || len(under.Prefixes) > 0:
+	case len(under.Objects) > 0 || len(under.Prefixes) > 0 && im.hasCurrentUnder(ctx, key+"/"):
 		mode, uid, gid, _, mtime := attrsFromMetadata(nil, time.Now(), true)
 		it = meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime}
 	case errors.Is(headErr, bucket.ErrNotFound):
@@ -428,4 +455,16 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 	im.imported.Add(1)
 	im.validated(&in) // just compared: an open right after needs no HEAD
 	return nil
+}
+
+// hasCurrentUnder is bucket.HasCurrentUnder for a lookup: a failed check
+// counts as a directory, as the listing said (the lookup of the name must
+// not fail for it).
+func (im *Importer) hasCurrentUnder(ctx context.Context, prefix string) bool {
+	real, err := im.bucket.HasCurrentUnder(ctx, prefix)
+	if err != nil {
+		im.log.Warn("could not tell whether a prefix holds objects; taken as a directory", "prefix", prefix, "err", err)
+		return true
+	}
+	return real
 }

@@ -140,6 +140,11 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 				continue
 			}
 			if _, err := im.meta.Lookup(ctx, dir, name); errors.Is(err, syscall.ENOENT) {
+				if real, err := im.bucket.HasCurrentUnder(ctx, p); err != nil {
+					return fmt.Errorf("poll %q: %w", p, err)
+				} else if !real {
+					continue // only deleted objects under it: no directory
+				}
 				it := meta.Imported{Name: name, Mode: defaultDirMode, Mtime: time.Now().UnixNano()}
 				if _, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it); err != nil && !errors.Is(err, syscall.EAGAIN) {
 					return err

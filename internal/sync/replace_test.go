@@ -181,3 +181,35 @@ func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T
 		t.Fatalf("after the restore the file side has size %d (%v), want the restored %d", got.Size, err, v1.Size)
 	}
 }
+
+// Found by the crash checker: an inode renamed onto a name whose holder
+// (another inode of this file system, now replaced) had exported it sends
+// its upload conditional on the holder's object; when the holder's own
+// delete of that object goes first, as it may, the upload must go ahead
+// as a new object. It was taken for a bucket-side delete: a false
+// conflict that moved the file to lost+found.
+func TestAnUploadOverTheReplacedHoldersObjectGoesAheadAfterItsDelete(t *testing.T) {
+	st := newUploadStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, st.bucket, ImporterConfig{})
+	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	ctx := context.Background()
+	list(t, m, im, "")
+	d, err := m.Create(ctx, meta.RootIno, "k", meta.Inode{Mode: syscall.S_IFDIR | 0o755}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, err := st.bucket.Put(ctx, "k/", bytes.NewReader(nil), 0, bucket.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.bucket.Delete(ctx, "k/"); err != nil { // the holder's delete, done first
+		t.Fatal(err)
+	}
+	if _, err := e.upload(ctx, nil, &d, "k/", toObject(holders, 0)); err != nil {
+		t.Fatalf("upload over the replaced holder's deleted object: %v", err)
+	}
+	if _, err := st.bucket.Head(ctx, "k/", ""); err != nil {
+		t.Fatalf("after the upload: %v", err)
+	}
+}
