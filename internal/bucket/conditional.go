@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // ProbeConditionalWrites finds out whether the store honours If-None-Match
@@ -20,11 +22,15 @@ func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (s
 	rand.Read(id[:])
 	key := probeDir + "/conditional-probe-" + hex.EncodeToString(id[:])
 	opt := PutOptions{IfNoneMatch: true}
-	if _, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt); err != nil {
+	first, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	if err != nil {
 		return false, fmt.Errorf("probe conditional writes: %w", err)
 	}
-	defer c.Delete(context.WithoutCancel(ctx), key)
-	_, err = c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	second, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	// The probe leaves nothing behind: its versions are removed for good,
+	// not hidden under a delete marker, which some stores (MinIO,
+	// versitygw) would go on listing as a prefix probeDir/.
+	defer c.removeVersions(context.WithoutCancel(ctx), key, first.VersionID, second.VersionID)
 	switch {
 	case errors.Is(err, ErrPrecondition):
 		return true, nil
@@ -56,4 +62,24 @@ func (c *Client) checkCondition(ctx context.Context, key string, opt PutOptions)
 		return fmt.Errorf("bucket: %s changed (etag %s, expected %s): %w", key, cur.ETag, opt.IfMatch, ErrPrecondition)
 	}
 	return nil
+}
+
+// removeVersions deletes the given versions of key for good (on a bucket
+// without versions, the object), for objects of bucketfs's own that must
+// leave no trace, such as the conditional-write probe.
+func (c *Client) removeVersions(ctx context.Context, key string, versions ...string) {
+	for _, v := range versions {
+		if v == "" {
+			continue
+		}
+		op := c.startOp(ctx)
+		_, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key), VersionId: &v})
+		if err != nil {
+			c.fail(op, "delete a version of", key, err)
+		}
+		op.done()
+	}
+	if versions[0] == "" {
+		c.Delete(ctx, key)
+	}
 }

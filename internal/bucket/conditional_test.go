@@ -16,6 +16,16 @@ func TestTheEmbeddedStoreHonoursConditionalWrites(t *testing.T) {
 	if c.headBeforeWrite.Load() {
 		t.Fatal("fallback switched on for a store that honours conditions")
 	}
+	// The probe leaves no trace: no version, no delete marker, and so no
+	// prefix that a listing of the bucket would show (issue 10, item 1).
+	vl, err := c.ListVersions(context.Background(), ".probe/", "", "", 0)
+	if err != nil || len(vl.Versions) != 0 {
+		t.Fatalf("versions left by the probe: %+v, %v", vl.Versions, err)
+	}
+	l, err := c.List(context.Background(), "", "", 0)
+	if err != nil || len(l.Prefixes) != 0 {
+		t.Fatalf("prefixes after the probe: %q, %v", l.Prefixes, err)
+	}
 }
 
 // A store that ignores If-Match and If-None-Match cannot be run here, so
