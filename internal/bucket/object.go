@@ -432,8 +432,8 @@ func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) 
 		return false, err
 	}
 	marker := aws.ToString(out.VersionId)
-	if marker == "" || cur.VersionID == "" {
-		return false, nil
+	if !aws.ToBool(out.DeleteMarker) || marker == "" || marker == "null" || cur.VersionID == "" || cur.VersionID == "null" {
+		return false, nil // no marker of its own to take back, or no versions to tell apart
 	}
 	// Versions of one key are listed newest first; delete markers come in
 	// their own list, so the first version of key is the newest object.

@@ -22,10 +22,9 @@
 //     data; the writes become visible all at once when fn returns nil, and
 //     not at all when fn returns an error (or panics).
 //
-// Update commits are atomic and visible to later Views at once. One that
-// returned survives a crash of the process (kill -9) but not necessarily a
-// power loss or a kernel crash, which may lose the most recent commits.
-// [Store.Sync] makes every Update that committed before it durable. The namespace calls it
+// Update commits are atomic and visible to later Views at once, but not
+// necessarily durable: a crash may lose the most recent commits. [Store.Sync]
+// makes every Update that committed before it durable. The namespace calls it
 // where POSIX promises durability (fsync), at every checkpoint, and before
 // the exporter touches the bucket, so the common path pays no disk flush.
 //
@@ -40,10 +39,9 @@
 // database (and its memtables and sstables) until the View returns, so keep
 // Views short: never hold one across a network call; a [Store.Snapshot]
 // (a pebble.Snapshot) is what may be held that long. Commits use
-// pebble.Sync on log files whose Sync only waits for the record to be
-// written to the file, not flushed to the disk (see walFS); Store.Sync then
-// fsyncs the open log files (older ones are fsynced when they are rotated
-// out). After any crash
+// pebble.NoSync; Sync writes an empty record to the write-ahead log with
+// pebble.Sync, which fsyncs the log up to and including every earlier record
+// (older log files are synced when they are rotated out). After any crash
 // the store holds exactly the commits up to some point, every synced one
 // among them: the log is replayed in order and stops at the first record
 // that did not fully reach the disk. The directories the store creates are

@@ -63,8 +63,7 @@ type Store interface {
 
 	// Update runs fn as a serializable transaction. If fn returns nil its
 	// writes are committed atomically; otherwise nothing is written and fn's
-	// error is returned unchanged. A commit is visible at once and survives
-	// a crash of the process once Update returns; it survives a power loss
+	// error is returned unchanged. Commits are visible at once but durable
 	// only after Sync.
 	Update(ctx context.Context, fn func(tx Txn) error) error
 

@@ -41,7 +41,6 @@ const (
 type pebbleStore struct {
 	db   *pebble.DB
 	lock *pebble.Lock // the directory lock; released after db.Close
-	wal  *walFS       // the file system under db; fsyncs its logs in Sync
 
 	// writer is the single writer slot: an Update holds it (a buffered
 	// channel of capacity 1, so that waiting honors ctx) from the start of fn
@@ -78,13 +77,12 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 		}
 		return nil, fmt.Errorf("kv: open pebble %s: %w (%v)", dir, ErrLocked, err)
 	}
-	wal := newWALFS(opt.FS)
 	o := &pebble.Options{
 		CacheSize:          opt.CacheSize + 2*int64(opt.MemTableSize),
 		MemTableSize:       opt.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		Lock:               lock,
-		FS:                 wal,
+		FS:                 opt.FS,
 		Logger:             quietLogger{},
 	}
 	// Bloom filters let a lookup of a missing name (every create does one)
@@ -103,7 +101,7 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kv: open pebble %s: %w", dir, err), lock.Close())
 	}
-	s := &pebbleStore{db: db, lock: lock, wal: wal, writer: make(chan struct{}, 1)}
+	s := &pebbleStore{db: db, lock: lock, writer: make(chan struct{}, 1)}
 	return s, nil
 }
 
@@ -197,29 +195,29 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx Txn)
 	if b.Empty() {
 		return nil
 	}
-	// pebble.Sync on a walFS log: the commit returns once its record is
-	// written to the log file (so it survives a kill of this process), not
-	// flushed to the disk; Store.Sync does that.
-	if err := b.Commit(pebble.Sync); err != nil {
+	// NoSync: the commit is in the WAL's buffer and visible at once; Sync
+	// makes it durable. (Pebble's log writer stamps each chunk with the
+	// offset its last Sync made durable, and recovery after a power loss
+	// relies on that stamp: a Sync that does not reach the disk, to get
+	// commits written out sooner, would turn a torn tail into "corruption"
+	// that stops the store from opening.)
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("kv: commit: %w", err)
 	}
 	return nil
 }
 
-// Sync implements Store. Every commit that returned before the call has its
-// record in a WAL file already (see walFS); the WAL files rotated out since
-// were fsynced when they were closed, and Sync fsyncs the open ones. The
-// empty LogData record first waits out a rotation in progress. Sync does not
-// take the writer slot: commits that race with it may or may not be
-// covered, commits that returned before it are.
+// Sync implements Store. It writes an empty LogData record to the WAL with
+// pebble.Sync. The WAL is one append-only file (per memtable); syncing it up
+// to this record fsyncs every record before it, that is every batch committed
+// earlier with NoSync. WAL files rotated out before this call were synced
+// when they were closed. Sync does not take the writer slot: commits that race
+// with it may or may not be covered, commits that returned before it are.
 func (s *pebbleStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("kv: sync: %w", err)
-	}
-	if err := s.wal.flush(); err != nil {
 		return fmt.Errorf("kv: sync: %w", err)
 	}
 	return nil

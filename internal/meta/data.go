@@ -109,17 +109,17 @@ const WritePiece = 1 << 20
 
 // PieceGrace is the time added to the quiet period of a file whose last
 // write looks like a piece that more of the same write(2) will follow, see
-// continues. The rule it keeps: the bucket receives states a write(2)
+// Continues. The rule it keeps: the bucket receives states a write(2)
 // left, not the states between its pieces, unless the writer stalls
 // mid-write(2) for longer than the export delay plus PieceGrace.
 const PieceGrace = 5 * time.Second
 
-// continues tells whether a write of [off, off+n) looks like a piece of a
+// Continues tells whether a write of [off, off+n) looks like a piece of a
 // larger write(2) that more pieces will follow: it covers a whole
 // WritePiece of pages and ends on a page boundary. The last piece of a
 // write(2) usually does not; one of a write(2) whose end is so aligned
 // only delays its export by PieceGrace.
-func continues(off, n int64) bool {
+func Continues(off, n int64) bool {
 	const page = tier.BlockSize
 	end := off + n
 	return end%page == 0 && end-off/page*page == WritePiece
@@ -161,7 +161,7 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		in.Mtime, in.Ctime = now, now
 		in.Mode &^= syscall.S_ISUID
 		due := s.now().Add(s.exportDelay)
-		if continues(off, int64(len(p))) {
+		if Continues(off, int64(len(p))) {
 			// Most likely a piece of a larger write(2) that the kernel
 			// is still handing over: the quiet period gets PieceGrace
 			// more, so that a stall of the writer between two pieces

@@ -597,8 +597,8 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	who, _, tagged := originOf(cur.Metadata)
 	mine := tagged && who == inodeOrigin(e.meta.Fsid(), ino)
 	ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
-	exact := k.VersionID != "" && cur.VersionID == k.VersionID
-	seen := exact || (cur.ETag == k.ETag && (k.VersionID == "" || cur.VersionID == ""))
+	exact := versioned(k.VersionID) && cur.VersionID == k.VersionID
+	seen := exact || (cur.ETag == k.ETag && (!versioned(k.VersionID) || !versioned(cur.VersionID)))
 	switch {
 	case ours && !mine && !exact:
 		// Another inode of this file system wrote it: the name is its
@@ -677,7 +677,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
 	defer e.keys.Lock(key)()
 	info, err := write(opt)
-	for attempt := 0; attempt < 3; attempt++ {
+	for range 3 {
 		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
 			return info, err
 		}
@@ -720,10 +720,13 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			opt.IfMatch, opt.IfNoneMatch = cur.ETag, false
 		}
 		if errors.Is(herr, bucket.ErrNotFound) {
+			// Nothing is there: write as new, with If-None-Match, so that
+			// a write landing in the bucket meanwhile is not overwritten.
 			// Some stores (versitygw's posix backend) refuse If-None-Match
-			// on a key whose latest version is a delete marker; the HEAD
-			// just said nothing is there, so write without the condition.
-			opt.IfMatch, opt.IfNoneMatch = "", attempt == 0
+			// on a key whose latest version is a delete marker: when that
+			// condition itself was refused and the HEAD still finds
+			// nothing, write without it.
+			opt.IfMatch, opt.IfNoneMatch = "", !opt.IfNoneMatch
 		}
 		info, err = write(opt)
 	}

@@ -206,15 +206,15 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
 		for i, p := range page.Prefixes {
-			dirs[p] = true
 			pos = max(pos, p)
+			if !real[i] {
+				continue // only deleted objects under it: no directory
+			}
+			dirs[p] = true
 			name := p[len(prefix) : len(p)-1]
 			if why := validSegment(name); why != "" {
 				im.reject(p, why)
 				continue
-			}
-			if !real[i] {
-				continue // only deleted objects under it: no directory
 			}
 			mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
 			items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})

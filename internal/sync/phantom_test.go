@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,12 +52,14 @@ func TestAPrefixOfOnlyDeletedObjectsMakesNoDirectory(t *testing.T) {
 		t.Fatalf("after a lookup, the deleted prefix: %v, want ENOENT", err)
 	}
 	// A first listing of the bucket (a new state directory) makes the
-	// directories that hold objects, and no other.
+	// directories that hold objects, and no other. (An object "gone"
+	// beside the deleted prefix, which MinIO allows, cannot be made on
+	// versitygw, whose posix backend keeps the empty directory.)
 	if _, err := st.bucket.Put(ctx, "kept/y", strings.NewReader("y"), 1, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	m2 := newMeta(t)
-	if got := list(t, m2, NewImporter(m2, st.bucket, ImporterConfig{}), ""); len(got) != 1 || got[0] != "kept" {
+	if got := list(t, m2, NewImporter(m2, st.bucket, ImporterConfig{}), ""); !slices.Equal(got, []string{"kept"}) {
 		t.Fatalf("a first listing of the root: %q, want [kept]", got)
 	}
 }

@@ -135,16 +135,24 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 		}
 		for _, p := range page.Prefixes {
 			name := p[len(prefix) : len(p)-1]
-			seen[name] = true
 			if validSegment(name) != "" {
+				seen[name] = true
 				continue
 			}
-			if _, err := im.meta.Lookup(ctx, dir, name); errors.Is(err, syscall.ENOENT) {
-				if real, err := im.bucket.HasCurrentUnder(ctx, p); err != nil {
-					return fmt.Errorf("poll %q: %w", p, err)
-				} else if !real {
-					continue // only deleted objects under it: no directory
-				}
+			in, err := im.meta.Lookup(ctx, dir, name)
+			if err == nil && in.IsDir() {
+				seen[name] = true
+				continue
+			}
+			// A prefix with only deleted objects under it is no directory,
+			// and does not stand for a name the file side has.
+			if real, err := im.bucket.HasCurrentUnder(ctx, p); err != nil {
+				return fmt.Errorf("poll %q: %w", p, err)
+			} else if !real {
+				continue
+			}
+			seen[name] = true
+			if errors.Is(err, syscall.ENOENT) {
 				it := meta.Imported{Name: name, Mode: defaultDirMode, Mtime: time.Now().UnixNano()}
 				if _, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it); err != nil && !errors.Is(err, syscall.EAGAIN) {
 					return err

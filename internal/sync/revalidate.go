@@ -379,8 +379,13 @@ func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl t
 // file side recorded: by version id where the bucket gives them, by ETag
 // only where it does not (an unversioned bucket).
 func sameVersion(known meta.Object, head bucket.ObjectInfo) bool {
-	if known.VersionID != "" && head.VersionID != "" {
+	if versioned(known.VersionID) && versioned(head.VersionID) {
 		return known.VersionID == head.VersionID
 	}
 	return known.ETag == head.ETag
 }
+
+// versioned tells whether id identifies one version: not "" (a store
+// without versions) nor "null" (what a bucket with versioning suspended
+// gives every write, the same for all).
+func versioned(id string) bool { return id != "" && id != "null" }

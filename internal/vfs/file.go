@@ -41,6 +41,10 @@ type Handle struct {
 	ra      *readahead.Reader // streams raObj; made on the first direct read
 	raObj   meta.Object
 	retired []*readahead.Reader // readers of earlier bases, closed at Release
+	// pieceEnd is where the last write through this handle ended if it
+	// looked like a piece of a larger write(2) with more to come
+	// (meta.Continues), else -1. Under mu.
+	pieceEnd int64
 }
 
 // Ino returns the inode the handle is open on.
@@ -140,7 +144,7 @@ func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode,
 
 func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, error) {
 	acc := flags & syscall.O_ACCMODE
-	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced,
+	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced, pieceEnd: -1,
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
 		writable: acc == syscall.O_WRONLY || acc == syscall.O_RDWR}
 	// Counted open from the start, so eviction leaves the tier state alone
@@ -417,19 +421,55 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	done := 0
+	var last meta.Inode
 	for done < len(p) {
 		n := min(len(p)-done, maxWrite)
-		_, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits)
+		in, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits)
 		if err != nil {
 			if done > 0 {
 				return done, nil // a short write; the next one meets the error
 			}
 			return 0, err
 		}
+		last = in
 		done += n
 		fs.counters.written.Add(int64(n))
 	}
+	if err := h.endPieces(ctx, last.Size, off, done, appending); err != nil {
+		return 0, err
+	}
 	return done, nil
+}
+
+// endPieces keeps a write(2) that came in several pieces whole across a
+// crash once it has returned. Each piece is its own transaction, committed
+// without a sync, so a crash soon after the write returned could keep its
+// first pieces and lose the last ones: a state the writer never saw
+// returned. The piece that ends such a write (one that follows a piece
+// with more to come and has none itself, or a call that wrote several
+// pieces) syncs the store before the write returns, which makes every
+// piece durable at once; a write of one piece needs nothing, as a crash
+// keeps it whole or not at all. size is the file's size after the write,
+// for an appending handle whose offset the store chose.
+func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending bool) error {
+	if appending {
+		off = size - int64(n)
+	}
+	end := off + int64(n)
+	lastOff := off + int64((n-1)/maxWrite*maxWrite)
+	h.mu.Lock()
+	followed := h.pieceEnd == off
+	if meta.Continues(lastOff, end-lastOff) {
+		h.pieceEnd = end
+	} else {
+		h.pieceEnd = -1
+	}
+	more := h.pieceEnd >= 0
+	h.mu.Unlock()
+	if more || !followed && n <= maxWrite {
+		return nil
+	}
+	return h.fs.meta.Sync(ctx)
 }
 
 // Fsync makes the file's data and metadata durable: one sync of the store
