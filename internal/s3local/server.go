@@ -127,6 +127,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("s3local: start: create %s: %w", d, err)
 		}
 	}
+	if err := dropUnnamedUploads(dataDir); err != nil {
+		return nil, fmt.Errorf("s3local: start: remove multipart uploads a crash left half made: %w", err)
+	}
 	creds, err := loadOrCreateCredentials(filepath.Join(dir, credentialsFile))
 	if err != nil {
 		return nil, err
