@@ -676,6 +676,7 @@ func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Ino
 func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt bucket.PutOptions,
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
 	defer e.keys.Lock(key)()
+	_, exportedHere := recordedAt(in, key)
 	info, err := write(opt)
 	for range 3 {
 		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
@@ -683,7 +684,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		}
 		cur, herr := e.bucket.Head(ctx, key, "")
 		switch {
-		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "" && exportedUnder(in, key):
+		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "" && exportedHere:
 			return info, err // this inode's object, deleted in the bucket meanwhile: a conflict
 		case errors.Is(herr, bucket.ErrNotFound):
 			// Gone since the write was refused: the object this write
@@ -697,6 +698,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			if oerr != nil {
 				return info, err
 			}
+			held, _ := recordedAt(&owner, key)
 			who, gen, tagged := originOf(cur.Metadata)
 			mine := tagged && who == inodeOrigin(e.meta.Fsid(), in.Ino)
 			ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
@@ -704,7 +706,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			case mine && gen == in.Gen:
 				return cur, nil // this very export, done before a crash
 			case mine:
-			case owned && owner.Ino != in.Ino && knownETag(&owner, key) == cur.ETag:
+			case owned && owner.Ino != in.Ino && held.ETag == cur.ETag:
 				// Another inode of this file system held the name (it was
 				// unlinked or renamed away and not yet exported): this
 				// export replaces that object, and that inode's reconcile
@@ -731,16 +733,6 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		info, err = write(opt)
 	}
 	return info, err
-}
-
-// exportedUnder tells whether in has exported under key.
-func exportedUnder(in *meta.Inode, key string) bool {
-	for _, k := range in.Keys {
-		if k.Key == key {
-			return true
-		}
-	}
-	return false
 }
 
 // uploadFile uploads a regular file as snap holds it, so writes during the

@@ -148,7 +148,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		}
 	}
 	if owned && (res.Child == nil || owner.Ino != res.Child.Ino) {
-		if !exists || knownETag(&owner, key) == head.ETag {
+		if o, _ := recordedAt(&owner, key); !exists || o.ETag == head.ETag {
 			return nil // the exporter will carry out the file-side change
 		}
 		// Changed in the bucket: the bucket's version keeps the name; the
@@ -174,12 +174,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		im.changed(Change{Parent: res.Parent, Name: firstOr(res.Missing, res.Name), Ino: in.Ino})
 		return nil
 	}
-	var known meta.Object
-	for _, k := range child.Keys {
-		if k.Key == key {
-			known = k
-		}
-	}
+	known, _ := recordedAt(child, key)
 	if exists && known.Key != "" && sameVersion(known, head) {
 		return nil // what the file side saw (or just exported)
 	}
@@ -323,14 +318,15 @@ func (im *Importer) rejectOr(key string, err error) error {
 	return err
 }
 
-// knownETag is the ETag in records for key, or "".
-func knownETag(in *meta.Inode, key string) string {
+// recordedAt returns the object in records for key, if it has exported
+// under key.
+func recordedAt(in *meta.Inode, key string) (meta.Object, bool) {
 	for _, k := range in.Keys {
 		if k.Key == key {
-			return k.ETag
+			return k, true
 		}
 	}
-	return ""
+	return meta.Object{}, false
 }
 
 func firstOr(s []string, def string) string {
