@@ -2,13 +2,13 @@ package s3local
 
 import (
 	"context"
-	"slices"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3response"
+
+	"bucketfs/internal/keylock"
 )
 
 // serialBackend runs the requests that add a version or a delete marker to
@@ -21,51 +21,21 @@ import (
 // on different keys still run concurrently.
 type serialBackend struct {
 	backend.Backend
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
+	locks keylock.Table[string]
 }
 
 func newSerialBackend(be backend.Backend) *serialBackend {
-	return &serialBackend{Backend: be, locks: map[string]*keyLock{}}
+	return &serialBackend{Backend: be}
 }
 
-// lock takes the locks of bucket's keys, in order, and returns the
-// function that releases them.
+// lock takes the locks of bucket's keys and returns the function that
+// releases them.
 func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
 	names := make([]string, 0, len(keys))
 	for _, k := range keys {
 		names = append(names, aws.ToString(bucket)+"/"+aws.ToString(k))
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	held := make([]*keyLock, 0, len(names))
-	for _, n := range names {
-		b.mu.Lock()
-		l := b.locks[n]
-		if l == nil {
-			l = &keyLock{}
-			b.locks[n] = l
-		}
-		l.users++
-		b.mu.Unlock()
-		l.Lock()
-		held = append(held, l)
-	}
-	return func() {
-		for i, l := range held {
-			l.Unlock()
-			b.mu.Lock()
-			if l.users--; l.users == 0 {
-				delete(b.locks, names[i])
-			}
-			b.mu.Unlock()
-		}
-	}
+	return keylock.LockAll(&b.locks, names)
 }
 
 func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {

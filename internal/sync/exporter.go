@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"bucketfs/internal/bucket"
+	"bucketfs/internal/keylock"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/tier"
 )
@@ -48,7 +49,7 @@ type Exporter struct {
 	// keys serialises writes and deletes of one object key between
 	// inodes: one inode's check-then-delete of a name must not straddle
 	// another inode's upload to it.
-	keys keyedLocks[string]
+	keys keylock.Table[string]
 
 	mu       gosync.Mutex
 	attempts map[meta.Ino]int // consecutive failures, for backoff
