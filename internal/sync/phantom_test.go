@@ -19,11 +19,8 @@ import (
 // none, neither in a poll nor in a lookup of the name, and a directory
 // removed on the file side does not come back.
 func TestAPrefixOfOnlyDeletedObjectsMakesNoDirectory(t *testing.T) {
-	st := newUploadStore(t)
-	m := newMeta(t)
-	im := NewImporter(m, st.bucket, ImporterConfig{})
+	st, m, im, _ := newSyncEnv(t) // the root is listed while the bucket is empty
 	ctx := context.Background()
-	list(t, m, im, "") // the root is listed while the bucket is empty
 	if _, err := st.bucket.Put(ctx, "gone/x", strings.NewReader("x"), 1, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -80,12 +80,8 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 // must not end under bucketfs's delete marker: the bucket wins, so the PUT
 // stays current and counts as a change of the bucket.
 func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
-	st := newUploadStore(t)
-	m := newMeta(t)
-	im := NewImporter(m, st.bucket, ImporterConfig{})
-	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	st, m, _, e := newSyncEnv(t)
 	ctx := context.Background()
-	list(t, m, im, "") // the root is listed, as after a mount's start
 	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -141,12 +137,8 @@ func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
 // generation. It is a bucket-side change all the same: the file side
 // shows the restored bytes, not the newer ones it exported.
 func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T) {
-	st := newUploadStore(t)
-	m := newMeta(t)
-	im := NewImporter(m, st.bucket, ImporterConfig{})
-	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	st, m, im, e := newSyncEnv(t)
 	ctx := context.Background()
-	list(t, m, im, "")
 	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -189,12 +181,8 @@ func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T
 // as a new object. It was taken for a bucket-side delete: a false
 // conflict that moved the file to lost+found.
 func TestAnUploadOverTheReplacedHoldersObjectGoesAheadAfterItsDelete(t *testing.T) {
-	st := newUploadStore(t)
-	m := newMeta(t)
-	im := NewImporter(m, st.bucket, ImporterConfig{})
-	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	st, m, _, e := newSyncEnv(t)
 	ctx := context.Background()
-	list(t, m, im, "")
 	d, err := m.Create(ctx, meta.RootIno, "k", meta.Inode{Mode: syscall.S_IFDIR | 0o755}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -212,4 +200,15 @@ func TestAnUploadOverTheReplacedHoldersObjectGoesAheadAfterItsDelete(t *testing.
 	if _, err := st.bucket.Head(ctx, "k/", ""); err != nil {
 		t.Fatalf("after the upload: %v", err)
 	}
+}
+
+// newSyncEnv is a versioned bucket with an importer and an exporter over
+// a new metadata store whose root is listed, as after a mount's start.
+func newSyncEnv(t *testing.T) (*uploadStore, *meta.Store, *Importer, *Exporter) {
+	t.Helper()
+	st := newUploadStore(t)
+	m := newMeta(t)
+	im := NewImporter(m, st.bucket, ImporterConfig{})
+	list(t, m, im, "")
+	return st, m, im, NewExporter(m, st.bucket, im, ExporterConfig{})
 }
