@@ -5,12 +5,10 @@ import (
 	"context"
 	"syscall"
 	"testing"
-	"time"
 
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
 	"bucketfs/internal/meta"
-	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
 )
 
@@ -34,11 +32,8 @@ func TestAWriteOfSeveralPiecesIsKeptWholeOnceItReturned(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			srv, bucketName := s3test.NewBucket(t)
 			mem := pebblevfs.NewCrashableMem()
-			cfg := Config{StateDir: t.TempDir(), Bucket: bucketName, Endpoint: srv.Endpoint,
-				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-				ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetaFS: mem}
+			cfg := crashableConfig(t, mem)
 			e, err := Open(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)

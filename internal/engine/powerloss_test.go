@@ -296,15 +296,22 @@ func plAlphabet() []plOp {
 	}
 }
 
+// crashableConfig is an engine on a new bucket whose metadata store lives
+// on mem, a file system that can simulate a power loss; nothing is
+// exported or imported on its own.
+func crashableConfig(t *testing.T, mem *pebblevfs.MemFS) Config {
+	srv, bucketName := s3test.NewBucket(t)
+	return Config{StateDir: t.TempDir(), Bucket: bucketName, Endpoint: srv.Endpoint,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetaFS: mem}
+}
+
 // plCase runs one workload, crashes, restarts and checks.
 func plCase(t *testing.T, seq []plOp, unsyncedPercent int, seed uint64) {
 	t.Helper()
 	ctx := context.Background()
-	srv, bucketName := s3test.NewBucket(t)
 	mem := pebblevfs.NewCrashableMem()
-	cfg := Config{StateDir: t.TempDir(), Bucket: bucketName, Endpoint: srv.Endpoint,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetaFS: mem}
+	cfg := crashableConfig(t, mem)
 	e, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -374,10 +381,10 @@ func plCase(t *testing.T, seq []plOp, unsyncedPercent int, seed uint64) {
 	if err := e2.Exporter.Flush(fctx); err != nil {
 		t.Fatalf("seed %d: export after the restart: %v", seed, err)
 	}
-	c := s3.New(s3.Options{Region: srv.Region, BaseEndpoint: aws.String(srv.Endpoint), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")})
+	c := s3.New(s3.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")})
 	current := map[string][]byte{}
-	out, err := c.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &bucketName})
+	out, err := c.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &cfg.Bucket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +393,7 @@ func plCase(t *testing.T, seq []plOp, unsyncedPercent int, seed uint64) {
 		if strings.Contains(key, meta.LostFoundPrefix) {
 			continue
 		}
-		o, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucketName, Key: &key, VersionId: v.VersionId})
+		o, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &cfg.Bucket, Key: &key, VersionId: v.VersionId})
 		if err != nil {
 			t.Fatal(err)
 		}
