@@ -423,12 +423,8 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) (kept bool, err error) {
 	op := c.startOp(ctx)
 	defer op.done()
-	out, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)})
-	if err != nil {
-		err = c.fail(op, "delete", key, err)
-		if errors.Is(err, ErrNotFound) {
-			return false, nil
-		}
+	out, err := c.deleteObject(op, key)
+	if err != nil || out == nil {
 		return false, err
 	}
 	marker := aws.ToString(out.VersionId)
@@ -466,13 +462,20 @@ func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) 
 func (c *Client) Delete(ctx context.Context, key string) error {
 	op := c.startOp(ctx)
 	defer op.done()
-	_, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)})
+	_, err := c.deleteObject(op, key)
+	return err
+}
+
+// deleteObject deletes key (adds a delete marker on a versioned bucket). A
+// missing key is no error: it returns nil, nil.
+func (c *Client) deleteObject(op *opTimer, key string) (*s3.DeleteObjectOutput, error) {
+	out, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)})
 	if err != nil {
 		err = c.fail(op, "delete", key, err)
 		if errors.Is(err, ErrNotFound) {
-			return nil
+			return nil, nil
 		}
-		return err
+		return nil, err
 	}
-	return nil
+	return out, nil
 }
