@@ -201,15 +201,7 @@ func TestNamespaceOperations(t *testing.T) {
 func TestQueueTracksQuietPeriodAndSync(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStoreAt(t, time.Minute, &now)
 	f := mustCreate(t, s, RootIno, "f", syscall.S_IFREG|0o644)
 	if due, _ := s.Due(ctx, now.Add(59*time.Second), 10); len(due) != 0 {
 		t.Fatalf("due before the delay: %v", due)
@@ -376,16 +368,8 @@ func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	const delay = time.Second
-	s, err := Open(ctx, db, Options{ExportDelay: delay, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStoreAt(t, delay, &now)
 	f := mustCreate(t, s, RootIno, "f", syscall.S_IFREG|0o644)
 	dueAt := func() time.Time {
 		t.Helper()
@@ -429,4 +413,20 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 			t.Fatalf("after a write of [%d,+%d), due %v, want %v", w.off, w.n, got, want)
 		}
 	}
+}
+
+// openStoreAt opens a store with the given export delay whose clock reads
+// *now.
+func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
+	t.Helper()
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := Open(context.Background(), db, Options{ExportDelay: delay, Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
