@@ -24,16 +24,19 @@ func uploadKey(id string) []byte { return append([]byte{pUpload}, id...) }
 // durable, with every change committed before it, before it returns: call
 // it before the upload's first part is sent.
 func (s *Store) BeginUpload(ctx context.Context, id, key string) error {
-	err := s.kv.Update(ctx, func(tx kv.Txn) error {
-		return tx.Set(uploadKey(id), []byte(key))
-	})
-	if err == nil {
-		err = s.kv.Sync(ctx)
-	}
-	if err != nil {
+	if err := s.setDurably(ctx, uploadKey(id), []byte(key)); err != nil {
 		return fmt.Errorf("record upload %s of %q: %w", id, key, err)
 	}
 	return nil
+}
+
+// setDurably sets k to v and syncs the store, so that the record, and
+// every change committed before it, survives a crash once it returns.
+func (s *Store) setDurably(ctx context.Context, k, v []byte) error {
+	if err := s.kv.Update(ctx, func(tx kv.Txn) error { return tx.Set(k, v) }); err != nil {
+		return err
+	}
+	return s.kv.Sync(ctx)
 }
 
 // EndUpload deletes the record of upload id once the upload is completed
@@ -58,11 +61,7 @@ func uploadOfKey(key string) []byte { return append([]byte{pUploadOf}, key...) }
 // BeginUploadOf records, durably, that a multipart upload of key is about
 // to be created.
 func (s *Store) BeginUploadOf(ctx context.Context, key string) error {
-	err := s.kv.Update(ctx, func(tx kv.Txn) error { return tx.Set(uploadOfKey(key), nil) })
-	if err == nil {
-		err = s.kv.Sync(ctx)
-	}
-	if err != nil {
+	if err := s.setDurably(ctx, uploadOfKey(key), nil); err != nil {
 		return fmt.Errorf("record an upload of %q: %w", key, err)
 	}
 	return nil
