@@ -50,7 +50,7 @@ func (s *Server) client() *s3.Client {
 		UsePathStyle:               true,
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-		HTTPClient:                 &http.Client{},
+		HTTPClient:                 &http.Client{Transport: s.adminHTTP},
 	})
 }
 

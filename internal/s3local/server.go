@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,6 +97,14 @@ type Server struct {
 	served  chan error // receives ServeMultiPort's result once it returns
 	prevWD  string     // working directory before Start, restored by Close
 
+	// adminHTTP carries the server's own administrative calls (client).
+	// Close drops its idle connections before shutting the API down:
+	// fasthttp's graceful shutdown waits its full 10 s for a connection
+	// that was opened but never carried a request, and an http.Transport
+	// leaves such connections behind when a dial finishes after the
+	// request it was for went out on another connection.
+	adminHTTP *http.Transport
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -171,6 +180,7 @@ func start(ctx context.Context, cfg Config, dir string, creds rootCredentials) (
 		Dir:       dir,
 		backend:   be,
 		prevWD:    prevWD,
+		adminHTTP: http.DefaultTransport.(*http.Transport).Clone(),
 	}
 	defer func() {
 		if err != nil {
@@ -320,6 +330,7 @@ func (s *Server) stopServing() error {
 	if s.api == nil {
 		return nil
 	}
+	s.adminHTTP.CloseIdleConnections()
 	err := s.api.ShutDown()
 	select {
 	case <-s.served:
