@@ -55,6 +55,7 @@ type Importer struct {
 
 	events notifications
 	active activeDirs
+	fresh  freshDirs
 	pollMu gosync.Mutex
 	polls  PollStats
 }
@@ -142,10 +143,14 @@ func (im *Importer) Stats() ImportStats {
 	return s
 }
 
-// EnsureListed imports dir's children unless that was done before.
-// Concurrent callers for one directory share one listing.
+// EnsureListed imports dir's children unless that was done before, and
+// lists a stale directory again (see Fresh). Concurrent callers for one
+// directory share one listing. A stale directory whose listing fails
+// keeps the children it has: the error is logged, not returned, so a
+// store that is away does not hide what the file side holds.
 func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
-	if dir.Has(meta.Listed) {
+	stale := dir.Has(meta.Listed)
+	if stale && im.fresh.has(dir.Ino) {
 		return nil
 	}
 	im.mu.Lock()
@@ -156,7 +161,14 @@ func (im *Importer) EnsureListed(ctx context.Context, dir *meta.Inode) error {
 		go func() {
 			// The listing outlives one caller's cancellation: others may
 			// wait for it, and a finished page is never wasted.
-			l.err = im.list(context.WithoutCancel(ctx), dir.Ino, dir.Source, &l.objects)
+			ctx := context.WithoutCancel(ctx)
+			if stale {
+				if err := im.PollDir(ctx, dir.Ino); err != nil {
+					im.log.Warn("list a directory again after a start; its names are as last listed", "ino", dir.Ino, "err", err)
+				}
+			} else if l.err = im.list(ctx, dir.Ino, dir.Source, &l.objects); l.err == nil {
+				im.fresh.add(dir.Ino)
+			}
 			im.mu.Lock()
 			delete(im.inflight, dir.Ino)
 			late := im.deferred[dir.Ino]
@@ -402,8 +414,8 @@ func (im *Importer) reject(key, why string) {
 	}
 }
 
-// LookupOne imports the child name of dir, a directory not listed yet, from
-// the bucket alone: a directory if any key lies under name/ (a directory
+// LookupOne imports the child name of dir, a directory not listed yet (or
+// stale, see Fresh), from the bucket alone: a directory if any key lies under name/ (a directory
 // wins over an object of the same name, as in listings), else the object
 // name, else ENOENT. A later listing of dir adds the rest and keeps this
 // child.
@@ -411,7 +423,14 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 	if validSegment(name) != "" || dir.Ino == meta.RootIno && name == im.meta.LostFoundName() {
 		return syscall.ENOENT
 	}
-	key := dir.Source + name
+	prefix, ok, err := im.prefixOf(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return syscall.ENOENT
+	}
+	key := prefix + name
 	var (
 		head    bucket.ObjectInfo
 		headErr error

@@ -110,9 +110,12 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 		// list it now, in the background, so later polls can compare.
 		return im.EnsureListed(ctx, &d)
 	}
-	prefix := d.Source
-	if dir != meta.RootIno && prefix == "" {
-		return nil // made on the file side and never exported
+	// A directory made on the file side and not exported yet is polled at
+	// its path: objects put under it in the bucket belong in it all the
+	// same.
+	prefix, ok, err := im.prefixOf(ctx, &d)
+	if err != nil || !ok {
+		return err
 	}
 	seen := map[string]bool{}
 	token := ""
@@ -189,6 +192,7 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 			}
 		}
 		if len(ents) < 1000 {
+			im.fresh.add(dir)
 			return nil
 		}
 		after = ents[len(ents)-1].Name

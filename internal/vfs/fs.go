@@ -41,6 +41,15 @@ type Lister interface {
 	LookupOne(ctx context.Context, dir *meta.Inode, name string) error
 	// Used notes that dir was looked into, so its listing is kept fresh.
 	Used(dir Ino)
+	// Fresh reports whether dir's listing was read by this process, so
+	// that a name missing from it is missing from the bucket too. A
+	// listed directory that is not fresh (after a start) is listed again
+	// by EnsureListed.
+	Fresh(dir Ino) bool
+	// Made notes a directory the file side just made (fresh from birth).
+	Made(dir Ino)
+	// Refresh lists a stale directory again in the background.
+	Refresh(ctx context.Context, dir *meta.Inode)
 	// RevalidateIfStale compares a clean file with the bucket when it was
 	// last compared more than ttl ago, importing a newer version.
 	RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl time.Duration) error
@@ -157,15 +166,25 @@ func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr
 		return fs.parentOf(ctx, p)
 	}
 	in, err := fs.meta.Lookup(ctx, parent, name)
-	if err == nil || p.Has(meta.Listed) || fs.lister == nil || !errors.Is(err, syscall.ENOENT) {
+	if err == nil || fs.lister == nil || !errors.Is(err, syscall.ENOENT) || !fs.needsListing(&p) {
 		return in, err
 	}
 	// A name in a directory not listed yet is looked for in the bucket
 	// alone: finding one file must not wait for a listing of thousands.
+	// A stale directory (listed before a restart) is listed again in the
+	// background meanwhile; until then a miss in it asks the bucket, and
+	// if the bucket cannot answer, the names it had stand.
 	if err := validName(name); err != nil {
 		return Attr{}, syscall.ENOENT
 	}
+	stale := p.Has(meta.Listed)
+	if stale {
+		fs.lister.Refresh(ctx, &p)
+	}
 	if err := fs.lister.LookupOne(ctx, &p, name); err != nil {
+		if stale && !errors.Is(err, syscall.ENOENT) {
+			return Attr{}, syscall.ENOENT
+		}
 		return Attr{}, err
 	}
 	return fs.meta.Lookup(ctx, parent, name)
@@ -206,13 +225,24 @@ func (fs *FS) searchDir(ctx context.Context, c Cred, ino Ino, mask uint32, list 
 	if fs.lister == nil {
 		return d, nil
 	}
-	if list && !d.Has(meta.Listed) {
+	if list && fs.needsListing(&d) {
 		if err := fs.lister.EnsureListed(ctx, &d); err != nil {
 			return Attr{}, fmt.Errorf("list directory %d: %w", ino, err)
 		}
 	}
 	fs.lister.Used(ino)
 	return d, nil
+}
+
+// needsListing reports whether dir's children must be read from the
+// bucket before the namespace can answer for them: never listed, or listed
+// before this process started (see Lister.Fresh).
+// Directories kept out of the bucket (lost+found) never need it.
+func (fs *FS) needsListing(dir *meta.Inode) bool {
+	if fs.lister == nil || dir.Has(meta.NoExport) {
+		return false
+	}
+	return !dir.Has(meta.Listed) || !fs.lister.Fresh(dir.Ino)
 }
 
 // Access checks mask (R_OK=4, W_OK=2, X_OK=1) for c on ino.

@@ -64,6 +64,9 @@ func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl 
 	if err != nil {
 		return Attr{}, err
 	}
+	if in.IsDir() && fs.lister != nil {
+		fs.lister.Made(in.Ino)
+	}
 	return in, nil
 }
 
@@ -119,7 +122,7 @@ func (fs *FS) remove(ctx context.Context, c Cred, parent Ino, name string, dir b
 		if err != nil {
 			return err
 		}
-		if child.IsDir() && !child.Has(meta.Listed) {
+		if child.IsDir() && fs.needsListing(&child) {
 			if err := fs.lister.EnsureListed(ctx, &child); err != nil {
 				return err
 			}
@@ -160,7 +163,7 @@ func (fs *FS) Rename(ctx context.Context, c Cred, oldParent Ino, oldName string,
 		p    Ino
 		name string
 	}{{oldParent, oldName}, {newParent, newName}} {
-		if in, err := fs.meta.Lookup(ctx, side.p, side.name); err == nil && in.IsDir() && !in.Has(meta.Listed) {
+		if in, err := fs.meta.Lookup(ctx, side.p, side.name); err == nil && in.IsDir() && fs.needsListing(&in) {
 			if err := fs.lister.EnsureListed(ctx, &in); err != nil {
 				return err
 			}

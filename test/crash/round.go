@@ -176,13 +176,23 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	return err
 }
 
+// fsyncPath opens path and fsyncs it. It runs on an ordinary thread, where
+// the Go runtime's preemption signal can interrupt the FUSE request (EINTR):
+// both calls are retried then, as opening and syncing again is harmless.
 func fsyncPath(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	var fd int
+	var err error
+	for fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == unix.EINTR; {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	return unix.Fsync(fd)
+	for err = unix.Fsync(fd); err == unix.EINTR; {
+		err = unix.Fsync(fd)
+	}
+	return err
 }
 
 // A killPlan says when the round kills bucketfs.

@@ -1,0 +1,146 @@
+package fuse_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// currentKeys lists the bucket's current objects under prefix, as a plain
+// S3 client sees them.
+func (e *env) currentKeys(prefix string) []string {
+	e.t.Helper()
+	var keys []string
+	p := s3.NewListObjectsV2Paginator(e.s3, &s3.ListObjectsV2Input{Bucket: &e.bucket, Prefix: &prefix})
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			keys = append(keys, *o.Key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func mkdir(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func remove(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 10, item 13: an export whose inode or path is gone is settled,
+// never retried. Directories removed bottom up, with or without an export
+// of them first and with a rename between, leave the queue empty without a
+// failed export, and the bucket holds nothing under them.
+func TestExportsOfARemovedTreeSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		exported bool // flushed once before the removals
+		file     bool // a file in the innermost directory
+		renameTo string
+	}{
+		{name: "exported"},
+		{name: "exported with a file", exported: true, file: true},
+		{name: "exported then renamed", exported: true, renameTo: "E"},
+		{name: "never exported", file: true},
+		{name: "never exported, renamed", file: true, renameTo: "E"},
+		{name: "exported dirs", exported: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+			mkdir(t, e.path("D"))
+			mkdir(t, e.path("D/sub"))
+			if tc.file {
+				writeFile(t, e.path("D/sub/f"), []byte("f"))
+			}
+			if tc.exported {
+				e.flush()
+				if len(e.currentKeys("D/")) == 0 {
+					t.Fatal("nothing exported under D/")
+				}
+			}
+			top := "D"
+			if tc.renameTo != "" {
+				if err := os.Rename(e.path("D"), e.path(tc.renameTo)); err != nil {
+					t.Fatal(err)
+				}
+				top = tc.renameTo
+			}
+			if tc.file {
+				remove(t, e.path(top+"/sub/f"))
+			}
+			remove(t, e.path(top+"/sub"))
+			remove(t, e.path(top))
+			e.flush()
+			if n := e.eng.Exporter.Stats().Failures; n != 0 {
+				t.Fatalf("%d exports failed", n)
+			}
+			for _, p := range []string{"D/", "E/"} {
+				if keys := e.currentKeys(p); len(keys) != 0 {
+					t.Fatalf("the bucket still holds %v", keys)
+				}
+			}
+		})
+	}
+}
+
+// Issue 10, item 12: a directory the file side made is polled like any
+// other, before its own export: an object put under it through S3 shows up
+// at the next poll.
+func TestANewDirectoryIsPolledBeforeItsExport(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(100*time.Millisecond), withRevalidateTTL(-1))
+	mkdir(t, e.path("w7"))
+	mkdir(t, e.path("w7/in"))
+	listNames(t, e.path("w7"))
+	listNames(t, e.path("w7/in"))
+	e.put("w7/x", []byte("from s3"), nil)
+	e.put("w7/in/y", []byte("deeper"), nil)
+	eventually(t, "w7/x to show up", func() bool { return readsAs(e.path("w7/x"), []byte("from s3")) })
+	eventually(t, "w7/in/y to show up", func() bool { return readsAs(e.path("w7/in/y"), []byte("deeper")) })
+	if got := e.currentKeys("w7/"); !slices.Equal(got, []string{"w7/in/y", "w7/x"}) {
+		t.Fatalf("bucket holds %v before any export", got)
+	}
+}
+
+// Issue 10, item 11: changes made in the bucket while bucketfs was down
+// show after a start, in directories listed before the stop: a new name
+// opens at once, readdir lists it, and a name deleted meanwhile is gone.
+func TestChangesMadeWhileDownShowAfterAStart(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	e.put("dir/a", []byte("a"), nil)
+	e.put("dir/b", []byte("b"), nil)
+	mkdir(t, e.path("mine"))
+	if got := listNames(t, e.path("dir")); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("dir lists %v", got)
+	}
+	listNames(t, e.path("mine"))
+	e.stop()
+	e.put("dir/new", []byte("while down"), nil)
+	e.put("mine/x", []byte("into a file-side directory"), nil)
+	e.deleteObject("dir/b")
+	e.start()
+	if !readsAs(e.path("dir/new"), []byte("while down")) {
+		t.Fatal("dir/new does not open right after the start")
+	}
+	if !readsAs(e.path("mine/x"), []byte("into a file-side directory")) {
+		t.Fatal("mine/x does not open right after the start")
+	}
+	if got := listNames(t, e.path("dir")); !slices.Equal(got, []string{"a", "new"}) {
+		t.Fatalf("after the start dir lists %v, want [a new]", got)
+	}
+}
