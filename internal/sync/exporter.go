@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -867,6 +868,33 @@ func clip(ranges []tier.Range, off, n int64) []tier.Range {
 // A directory whose path changed (a rename of it or of an ancestor) first
 // imports its whole listing from the old prefix, then queues its children
 // so that each moves its own objects.
+// requeueMisplaced queues the children of dir, whose key is now prefix,
+// that were exported under another name than prefix+name: they follow the
+// directory's rename. A child never exported waits for its own export.
+func (e *Exporter) requeueMisplaced(ctx context.Context, dir meta.Ino, prefix string) error {
+	ents, err := e.meta.ReadDir(ctx, dir, "", 1<<30)
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		child, err := e.meta.Get(ctx, ent.Ino)
+		if err != nil {
+			return err
+		}
+		want := prefix + ent.Name
+		if child.IsDir() {
+			want += "/"
+		}
+		if len(child.Keys) == 0 || slices.ContainsFunc(child.Keys, func(k meta.Object) bool { return k.Key == want }) {
+			continue
+		}
+		if err := e.meta.Enqueue(ctx, ent.Ino, time.Now(), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Inode, want []string) error {
 	gen := in.Gen
 	newKey := ""
@@ -874,6 +902,13 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 		newKey = want[0]
 	}
 	moved := in.Source != "" && in.Source != newKey
+	if in.Source == "" && newKey != "" {
+		// Never exported: children exported before it are under the path
+		// it had then, which a rename since may have changed.
+		if err := e.requeueMisplaced(ctx, in.Ino, newKey); err != nil {
+			return err
+		}
+	}
 	if moved || newKey == "" {
 		if err := e.importer.EnsureListed(ctx, in); err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"bucketfs/internal/meta"
 )
 
 // currentKeys lists the bucket's current objects under prefix, as a plain
@@ -142,5 +144,30 @@ func TestChangesMadeWhileDownShowAfterAStart(t *testing.T) {
 	}
 	if got := listNames(t, e.path("dir")); !slices.Equal(got, []string{"a", "new"}) {
 		t.Fatalf("after the start dir lists %v, want [a new]", got)
+	}
+}
+
+// Issue 10, item 3: a child exported before its new directory was, then the
+// directory renamed: the bucket ends with the child under the new name only.
+func TestRenamingADirectoryExportedOnlyThroughItsChildMovesTheChild(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	mkdir(t, e.path("d"))
+	mkdir(t, e.path("d/sub"))
+	writeFile(t, e.path("d/a"), []byte("a"))
+	writeFile(t, e.path("d/sub/b"), []byte("b"))
+	for _, p := range []string{"d/a", "d/sub/b"} {
+		if err := e.eng.Exporter.FlushInode(context.Background(), meta.Ino(statIno(t, e.path(p)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.currentKeys(""); !slices.Equal(got, []string{"d/a", "d/sub/b"}) {
+		t.Fatalf("before the rename the bucket holds %v", got)
+	}
+	if err := os.Rename(e.path("d"), e.path("e")); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	if got := e.currentKeys(""); !slices.Equal(got, []string{"e/", "e/a", "e/sub/", "e/sub/b"}) {
+		t.Fatalf("after the rename the bucket holds %v", got)
 	}
 }
