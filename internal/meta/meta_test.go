@@ -430,3 +430,42 @@ func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	}
 	return s
 }
+
+// A change of names (rename, link, unlink) always writes a new queue token,
+// even right after a write: it leaves Gen alone, so the token is all that
+// tells an export under way that the names it read are gone (found by a
+// file unlinked while its first upload was in flight: the export recorded
+// its key, left the queue and forgot the inode, and the object stayed).
+func TestANameChangeAlwaysMovesTheQueueToken(t *testing.T) {
+	const delay = 64 * time.Second
+	now := time.Unix(1_000_000, 0)
+	s := openStoreAt(t, delay, &now)
+	ctx := context.Background()
+	token := func() int64 {
+		t.Helper()
+		due, err := s.Due(ctx, now.Add(time.Hour), 10)
+		if err != nil || len(due) != 1 {
+			t.Fatalf("queue: %v, %v", due, err)
+		}
+		return due[0].Due
+	}
+	f, err := s.Create(ctx, RootIno, "a", Inode{Mode: syscall.S_IFREG | 0o644}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, change := range []func() error{
+		func() error { _, err := s.Rename(ctx, RootIno, "a", RootIno, "b", 0, nil); return err },
+		func() error { _, err := s.Link(ctx, f.Ino, RootIno, "c", nil); return err },
+		func() error { _, err := s.Remove(ctx, RootIno, "c", false, nil); return err },
+		func() error { _, err := s.Remove(ctx, RootIno, "b", false, nil); return err },
+	} {
+		before := token()
+		now = now.Add(time.Millisecond) // well within delay/64 of the last change
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		if token() == before {
+			t.Fatalf("name change %d left the queue token as it was", i)
+		}
+	}
+}

@@ -275,6 +275,12 @@ func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) 
 	if in.Has(NoExport) {
 		return nil
 	}
+	if c == NoChange {
+		// A change of names leaves Gen alone: the new queue token is all
+		// that tells an export under way (meta.Synced) that the names it
+		// worked from are gone, so it is always written.
+		return enqueue(tx, in.Ino, due)
+	}
 	return s.restartQuietPeriod(tx, in.Ino, due)
 }
 

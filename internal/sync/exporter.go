@@ -153,15 +153,19 @@ func (e *Exporter) Flush(ctx context.Context) error {
 
 // pending counts the queued inodes that still have work for the bucket.
 // An unlinked file held open whose objects are deleted stays queued only
-// to be reclaimed after its last close: Flush does not wait for that.
+// to be reclaimed after its last close: Flush does not wait for that,
+// unless an export of it is under way (its upload not recorded yet).
 func (e *Exporter) pending(ctx context.Context, far time.Time) (n int, err error) {
 	queued, err := e.meta.Due(ctx, far, 1<<30)
 	if err != nil {
 		return 0, err
 	}
 	for _, q := range queued {
+		e.mu.Lock()
+		busy := e.busy[q.Ino]
+		e.mu.Unlock()
 		in, err := e.meta.Get(ctx, q.Ino)
-		if err == nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(q.Ino) {
+		if !busy && err == nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(q.Ino) {
 			continue
 		}
 		n++

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"bucketfs/internal/meta"
+	"bucketfs/internal/s3test"
 )
 
 // currentKeys lists the bucket's current objects under prefix, as a plain
@@ -29,6 +30,14 @@ func (e *env) currentKeys(prefix string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// userNames lists the directory dir of the mount, without lost+found.
+func (e *env) userNames(dir string) []string {
+	e.t.Helper()
+	return slices.DeleteFunc(listNames(e.t.(*testing.T), e.path(dir)), func(n string) bool {
+		return n == e.eng.Meta.LostFoundName()
+	})
 }
 
 func mkdir(t *testing.T, path string) {
@@ -169,5 +178,55 @@ func TestRenamingADirectoryExportedOnlyThroughItsChildMovesTheChild(t *testing.T
 	e.flush()
 	if got := e.currentKeys(""); !slices.Equal(got, []string{"e/", "e/a", "e/sub/", "e/sub/b"}) {
 		t.Fatalf("after the rename the bucket holds %v", got)
+	}
+}
+
+// Issue 10, item 7: a file renamed (or unlinked) while its first upload is
+// in flight leaves no ghost at the old name on either side, with events on.
+func TestAFileRenamedDuringItsFirstUploadLeavesNoGhost(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		unlink, after bool
+	}{
+		{name: "renamed"},
+		{name: "unlinked", unlink: true},
+		{name: "renamed once stored", after: true},
+		{name: "unlinked once stored", unlink: true, after: true},
+	} {
+		unlink := tc.unlink
+		t.Run(tc.name, func(t *testing.T) {
+			p := newHoldingProxy(t, s3test.Store(t).Endpoint)
+			e := newEnv(t, withEndpoint(p.url), withPoll(-1), withRevalidateTTL(-1))
+			forwardEvents(e)
+			arrived, release := p.arm("/old", tc.after)
+			writeFile(t, e.path("old"), []byte("first"))
+			select {
+			case <-arrived:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the export of old never started")
+			}
+			if unlink {
+				remove(t, e.path("old"))
+			} else if err := os.Rename(e.path("old"), e.path("new")); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			e.flush()
+			want := []string{"new"}
+			if unlink {
+				want = nil
+			}
+			if got := e.currentKeys(""); !slices.Equal(got, want) {
+				t.Fatalf("the bucket holds %v, want %v (exporter %+v)", got, want, e.eng.Exporter.Stats())
+			}
+			// Let the events of the upload and its undoing arrive.
+			eventually(t, "the events to be handled", func() bool { return e.eng.Importer.EventStats().Pending == 0 })
+			if got := e.userNames(""); !slices.Equal(got, want) {
+				t.Fatalf("the mount lists %v, want %v", got, want)
+			}
+			if lf := e.lostFound(); len(lf) != 0 {
+				t.Fatalf("lost+found holds %v", lf)
+			}
+		})
 	}
 }

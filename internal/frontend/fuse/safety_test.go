@@ -57,11 +57,13 @@ func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
 }
 
 // holdingProxy forwards requests to the store, except that it holds back
-// the plain PUT of one key (path suffix) until released.
+// the plain PUT of one key (path suffix) until released: the request, or
+// with holdAfter, the store's answer to it.
 type holdingProxy struct {
 	url     string
 	mu      sync.Mutex
 	suffix  string
+	after   bool
 	arrived chan struct{}
 	release chan struct{}
 }
@@ -78,11 +80,23 @@ func newHoldingProxy(t *testing.T, endpoint string) *holdingProxy {
 		p.mu.Lock()
 		hold := p.suffix != "" && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, p.suffix) &&
 			r.Header.Get("x-amz-copy-source") == "" && r.URL.Query().Get("uploadId") == ""
-		arrived, release := p.arrived, p.release
+		arrived, release, after := p.arrived, p.release, p.after
 		if hold {
 			p.suffix = ""
 		}
 		p.mu.Unlock()
+		if hold && after {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			close(arrived)
+			<-release
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
 		if hold {
 			close(arrived)
 			<-release
@@ -96,9 +110,19 @@ func newHoldingProxy(t *testing.T, endpoint string) *holdingProxy {
 
 // hold arms the proxy for the next PUT whose path ends in suffix.
 func (p *holdingProxy) hold(suffix string) (arrived, release chan struct{}) {
+	return p.arm(suffix, false)
+}
+
+// holdAfter arms the proxy to hold the store's answer to the next PUT whose
+// path ends in suffix: the object is stored, its writer not told yet.
+func (p *holdingProxy) holdAfter(suffix string) (arrived, release chan struct{}) {
+	return p.arm(suffix, true)
+}
+
+func (p *holdingProxy) arm(suffix string, after bool) (arrived, release chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.suffix, p.arrived, p.release = suffix, make(chan struct{}), make(chan struct{})
+	p.suffix, p.after, p.arrived, p.release = suffix, after, make(chan struct{}), make(chan struct{})
 	return p.arrived, p.release
 }
 
