@@ -47,13 +47,28 @@ func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Li
 		NextToken: aws.ToString(out.NextContinuationToken),
 		Truncated: aws.ToBool(out.IsTruncated),
 	}
+	folded := false
 	for _, o := range out.Contents {
+		key := c.rel(dec(o.Key))
+		if i := strings.IndexByte(key[min(len(dirPrefix), len(key)):], '/'); strings.HasPrefix(key, dirPrefix) && i >= 0 {
+			// Below the delimiter: a store that lists a directory marker
+			// "d/" as an object of its parent (gofakes3 does) breaks the
+			// delimiter's contract; it stands for the prefix, as AWS S3
+			// would have listed it.
+			l.Prefixes = append(l.Prefixes, key[:len(dirPrefix)+i+1])
+			folded = true
+			continue
+		}
 		l.Objects = append(l.Objects, ObjectInfo{
-			Key:          c.rel(dec(o.Key)),
+			Key:          key,
 			Size:         aws.ToInt64(o.Size),
 			ETag:         unquote(o.ETag),
 			LastModified: aws.ToTime(o.LastModified),
 		})
+	}
+	if folded {
+		slices.Sort(l.Prefixes)
+		l.Prefixes = slices.Compact(l.Prefixes)
 	}
 	return l, nil
 }

@@ -137,6 +137,8 @@ func validSegment(name string) string {
 		return "segment longer than 255 bytes"
 	case strings.ContainsRune(name, 0):
 		return "NUL byte"
+	case strings.ContainsRune(name, '/'):
+		return "slash in a name"
 	}
 	return ""
 }

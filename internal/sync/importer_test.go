@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -197,5 +198,31 @@ func TestAnObjectBesideAPrefixOnALaterPageIsStillSkipped(t *testing.T) {
 	}
 	if f := im.Stats().Failures; f != 1 {
 		t.Fatalf("failures %d, want 1 (the object x)", f)
+	}
+}
+
+// Issue 10, item 10: gofakes3 returns a directory marker "d/" as an object
+// of the listing of its own prefix, and lists a marker of a directory
+// without other keys as an object of the parent. Either way d is a
+// directory and both listings read.
+func TestADirectoryMarkerListedAsAnObjectIsADirectory(t *testing.T) {
+	c := fakeStore(t)
+	put(t, c, "d/", nil)
+	put(t, c, "d/x", nil)
+	put(t, c, "d/e/", nil)
+	put(t, c, "only/", nil)
+	m := newMeta(t)
+	im := NewImporter(m, c, ImporterConfig{})
+	if got := list(t, m, im, ""); !slices.Equal(got, []string{"d", "only"}) {
+		t.Fatalf("root lists %v", got)
+	}
+	if got := list(t, m, im, "d"); !slices.Equal(got, []string{"e", "x"}) {
+		t.Fatalf("d lists %v", got)
+	}
+	if got := list(t, m, im, "only"); len(got) != 0 {
+		t.Fatalf("only lists %v", got)
+	}
+	if got := list(t, m, im, "d/e"); len(got) != 0 {
+		t.Fatalf("d/e lists %v", got)
 	}
 }
