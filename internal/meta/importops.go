@@ -140,6 +140,28 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 		if in.IsDir() != (it.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
 			return fmt.Errorf("import %q: type changed: %w", name, syscall.EAGAIN)
 		}
+		if !in.IsDir() && in.Nlink > 1 {
+			// One name of a hard-linked file changed in the bucket: that
+			// name alone shows the new object. It leaves the inode, which
+			// keeps its other names, their objects and its bytes, and
+			// drops its record of this key (the object is no longer its
+			// to replace or delete).
+			if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+				return err
+			}
+			in.Nlink--
+			in.Ctime = s.now().UnixNano()
+			if err := dropKey(tx, &in, it.Obj.Key); err != nil {
+				return err
+			}
+			if err := putInode(tx, &in); err != nil {
+				return err
+			}
+			if in, err = s.addImported(tx, &p, it); err != nil {
+				return err
+			}
+			return putInode(tx, &p)
+		}
 		in.Mode, in.Uid, in.Gid, in.Rdev = it.Mode, it.Uid, it.Gid, it.Rdev
 		in.Mtime, in.Ctime = it.Mtime, s.now().UnixNano()
 		in.Target = it.Target

@@ -230,3 +230,46 @@ func TestAFileRenamedDuringItsFirstUploadLeavesNoGhost(t *testing.T) {
 		})
 	}
 }
+
+// Issue 10, item 8 (clean case): a bucket-side overwrite of one name of a
+// hard-linked file changes that name only; the other names keep their
+// bytes on both sides, and nothing is exported or counted as a conflict.
+func TestABucketOverwriteOfOneHardLinkChangesThatNameOnly(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	writeFile(t, e.path("a"), []byte("linked"))
+	if err := os.Link(e.path("a"), e.path("b")); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	e.put("a", []byte("from the bucket"), nil)
+	eventually(t, "a to show the bucket's version", func() bool { return readsAs(e.path("a"), []byte("from the bucket")) })
+	if got := readFile(t, e.path("b")); string(got) != "linked" {
+		t.Fatalf("b reads %q", got)
+	}
+	if statIno(t, e.path("a")) == statIno(t, e.path("b")) {
+		t.Fatal("a and b are still one inode")
+	}
+	if n := stat(t, e.path("b")).Nlink; n != 1 {
+		t.Fatalf("b has %d links", n)
+	}
+	e.flush()
+	if body, _, _ := e.get("b"); string(body) != "linked" {
+		t.Fatalf("the bucket's b holds %q", body)
+	}
+	if body, _, _ := e.get("a"); string(body) != "from the bucket" {
+		t.Fatalf("the bucket's a holds %q", body)
+	}
+	if s := e.eng.Exporter.Stats(); s.Conflicts != 0 {
+		t.Fatalf("%d conflicts counted", s.Conflicts)
+	}
+	if lf := e.lostFound(); len(lf) != 0 {
+		t.Fatalf("lost+found holds %v", lf)
+	}
+	// A later write through b stays b's.
+	writeFile(t, e.path("b"), []byte("b again"))
+	e.flush()
+	if body, _, _ := e.get("a"); string(body) != "from the bucket" {
+		t.Fatalf("after a write to b the bucket's a holds %q", body)
+	}
+}
