@@ -312,8 +312,8 @@ func dropKey(tx kv.Txn, in *Inode, key string) error {
 // MoveToLostFound moves the inode at parent/name (still expect) into the
 // lost+found directory as newName, forgetting every bucket object it stood
 // for: the bucket's version wins the name, and this one is kept only on the
-// file side.
-func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName string) error {
+// file side. key is the bucket key of parent/name.
+func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName, key string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, in, err := expectedChild(tx, parent, name, expect)
 		if err != nil {
@@ -329,6 +329,9 @@ func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, ex
 		if parent == s.lostFound {
 			return syscall.EINVAL
 		}
+		if !in.IsDir() && in.Nlink > 1 {
+			return s.copyToLostFound(tx, &p, name, &in, &lf, newName, key)
+		}
 		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
 			return err
 		}
@@ -338,6 +341,49 @@ func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, ex
 		}
 		return nil
 	})
+}
+
+// copyToLostFound is MoveToLostFound for a file with other names: they
+// keep the inode (its bytes, its other objects, its pending export), and
+// lost+found gets a frozen copy of the file as it is now, a new inode that
+// later writes through the other names do not change. The name leaves the
+// inode, with its record of key, the name's object.
+func (s *Store) copyToLostFound(tx kv.Txn, p *Inode, name string, in, lf *Inode, newName, key string) error {
+	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	in.Nlink--
+	in.Ctime = now
+	p.Mtime, p.Ctime = now, now
+	if err := dropKey(tx, in, key); err != nil {
+		return err
+	}
+	if err := putInode(tx, in); err != nil {
+		return err
+	}
+	if err := putInode(tx, p); err != nil {
+		return err
+	}
+	ino, err := s.allocIno(tx)
+	if err != nil {
+		return err
+	}
+	// The copy keeps Gen, ExportedGen and flags: dirty as the file was,
+	// its bytes are not in the bucket and are never evicted.
+	cp := *in
+	cp.Ino, cp.Nlink, cp.Keys, cp.Replaced = ino, 1, nil, 0
+	if err := tier.Clone(tx, uint64(in.Ino), uint64(ino)); err != nil {
+		return err
+	}
+	if err := putInode(tx, &cp); err != nil {
+		return err
+	}
+	lf.Mtime, lf.Ctime = now, now
+	if err := putInode(tx, lf); err != nil {
+		return err
+	}
+	return putEntry(tx, lf.Ino, newName, &cp)
 }
 
 // LostFoundCount counts the entries in lost+found.

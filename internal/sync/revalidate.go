@@ -241,7 +241,7 @@ func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *me
 func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved, head bucket.ObjectInfo, exists bool) error {
 	child := res.Child
 	lfName := lostFoundName(key, time.Now())
-	if err := im.meta.MoveToLostFound(ctx, res.Parent, res.Name, child, lfName); err != nil {
+	if err := im.meta.MoveToLostFound(ctx, res.Parent, res.Name, child, lfName, key); err != nil {
 		return err
 	}
 	im.conflicts.Add(1)

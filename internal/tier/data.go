@@ -120,6 +120,22 @@ func Cut(tx kv.Txn, ino uint64, size, cached int64) (delta int64, err error) {
 	return delta, nil
 }
 
+// Clone gives to a copy of every block of from (to has none before). The
+// blocks cost what they cost from, so the caller sets to's cached bytes to
+// from's.
+func Clone(tx kv.Txn, from, to uint64) error {
+	p := blockPrefix(from)
+	var err error
+	scanErr := tx.Scan(p, kv.PrefixEnd(p), func(k, v []byte) bool {
+		err = tx.Set(blockKey(to, blockIndex(k)), v)
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("tier: clone inode %d: %w", from, err)
+	}
+	return scanErr
+}
+
 // Drop deletes every block of ino.
 func Drop(tx kv.Txn, ino uint64) error {
 	p := blockPrefix(ino)

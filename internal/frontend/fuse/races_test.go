@@ -3,6 +3,7 @@ package fuse_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -271,5 +272,45 @@ func TestABucketOverwriteOfOneHardLinkChangesThatNameOnly(t *testing.T) {
 	e.flush()
 	if body, _, _ := e.get("a"); string(body) != "from the bucket" {
 		t.Fatalf("after a write to b the bucket's a holds %q", body)
+	}
+}
+
+// Issue 10, item 8 (dirty case): one name of a hard-linked file with
+// unexported writes changes in the bucket. The bucket's version takes that
+// name; lost+found keeps the file as it was, as its own copy that later
+// writes through the other name do not change; the other name keeps the
+// file and exports it.
+func TestAConflictOnOneHardLinkKeepsAFrozenCopy(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	writeFile(t, e.path("a"), []byte("linked"))
+	if err := os.Link(e.path("a"), e.path("b")); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	writeFile(t, e.path("b"), []byte("file side"))
+	e.put("a", []byte("from the bucket"), nil)
+	eventually(t, "a to show the bucket's version", func() bool { return readsAs(e.path("a"), []byte("from the bucket")) })
+	lf := e.lostFound()
+	if len(lf) != 1 {
+		t.Fatalf("lost+found holds %v", lf)
+	}
+	kept := filepath.Join(e.path(e.eng.Meta.LostFoundName()), lf[0])
+	if got := readFile(t, kept); string(got) != "file side" {
+		t.Fatalf("lost+found keeps %q", got)
+	}
+	writeFile(t, e.path("b"), []byte("written later"))
+	if got := readFile(t, kept); string(got) != "file side" {
+		t.Fatalf("after a write through b, lost+found keeps %q", got)
+	}
+	if statIno(t, kept) == statIno(t, e.path("b")) {
+		t.Fatal("lost+found's copy is b's inode")
+	}
+	e.flush()
+	if body, _, _ := e.get("b"); string(body) != "written later" {
+		t.Fatalf("the bucket's b holds %q", body)
+	}
+	if body, _, _ := e.get("a"); string(body) != "from the bucket" {
+		t.Fatalf("the bucket's a holds %q", body)
 	}
 }
