@@ -2,10 +2,13 @@ package s3local
 
 import (
 	"context"
+	"errors"
+	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3err"
 	"github.com/versity/versitygw/s3response"
 
 	"bucketfs/internal/keylock"
@@ -38,8 +41,20 @@ func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
 	return keylock.LockAll(&b.locks, names)
 }
 
+// PutObject also makes If-None-Match: * mean what S3 says: no current
+// object. The posix backend refuses it while a delete marker is the key's
+// latest version (the marker's file is there), and a client could then
+// only write without the condition and overwrite a write racing it. Under
+// the key's lock the look and the write are one step.
 func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
 	defer b.lock(in.Bucket, in.Key)()
+	if aws.ToString(in.IfNoneMatch) == "*" && in.IfMatch == nil {
+		_, err := b.Backend.HeadObject(ctx, &s3.HeadObjectInput{Bucket: in.Bucket, Key: in.Key})
+		var apiErr s3err.APIError
+		if errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound {
+			in.IfNoneMatch = nil
+		}
+	}
 	return b.Backend.PutObject(ctx, in)
 }
 

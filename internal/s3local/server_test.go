@@ -394,3 +394,35 @@ func TestAnUploadHalfMadeByACrashIsGoneAfterARestart(t *testing.T) {
 		t.Errorf("upload in progress after the restart: %s of %s", aws.ToString(u.UploadId), aws.ToString(u.Key))
 	}
 }
+
+// If-None-Match: * succeeds on a key whose latest version is a delete
+// marker, as on AWS S3, and still fails on a key with a current object.
+func TestIfNoneMatchWritesOverADeleteMarker(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	key := aws.String("k")
+	put := func(cond bool) error {
+		in := &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: key, Body: bytes.NewReader([]byte("x"))}
+		if cond {
+			in.IfNoneMatch = aws.String("*")
+		}
+		_, err := c.PutObject(ctx, in)
+		return err
+	}
+	if err := put(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(true); err == nil {
+		t.Fatal("If-None-Match: * over a current object succeeded")
+	}
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.Bucket), Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(true); err != nil {
+		t.Fatalf("If-None-Match: * over a delete marker: %v", err)
+	}
+	if err := put(true); err == nil {
+		t.Fatal("If-None-Match: * over the new current object succeeded")
+	}
+}

@@ -108,12 +108,36 @@ func (h *Handle) KeepCache() bool { return !h.replaced }
 // Create makes a regular file and opens it. With exclusive, an existing
 // name fails with EEXIST; otherwise an existing file is opened (and
 // truncated with O_TRUNC) as open(2) with O_CREAT does.
+//
+// The existing file may turn out, as it is opened, to have been deleted in
+// the bucket (its open revalidates it): then the name is free again and the
+// create starts over, as open(O_CREAT) never fails with ENOENT on a local
+// disk.
 func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode, flags uint32) (Attr, *Handle, error) {
+	for attempt := 0; ; attempt++ {
+		a, h, err := fs.create1(ctx, c, parent, name, mode, flags)
+		if !errors.Is(err, errDeletedMeanwhile) {
+			return a, h, err
+		}
+		if attempt == 3 {
+			return Attr{}, nil, syscall.ENOENT
+		}
+	}
+}
+
+// errDeletedMeanwhile marks a create whose existing file was deleted in the
+// bucket while it was opened.
+var errDeletedMeanwhile = errors.New("deleted in the bucket while opened")
+
+func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode, flags uint32) (Attr, *Handle, error) {
 	openExisting := func(in Attr) (Attr, *Handle, error) {
 		if in.IsDir() {
 			return Attr{}, nil, syscall.EISDIR
 		}
 		h, err := fs.Open(ctx, c, in.Ino, flags)
+		if errors.Is(err, syscall.ENOENT) {
+			return Attr{}, nil, errDeletedMeanwhile
+		}
 		if err != nil {
 			return Attr{}, nil, err
 		}
