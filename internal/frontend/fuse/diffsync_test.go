@@ -44,7 +44,7 @@ import (
 // -diffsync.seed=N -diffsync.iterations=1.
 
 var (
-	diffSeed       = flag.Uint64("diffsync.seed", 0, "seed of the first iteration of TestDifferentialSync (default: from the clock)")
+	diffSeed = flag.Uint64("diffsync.seed", 0, "seed of the first iteration of TestDifferentialSync (default: from the clock)")
 	// Off by default until the races it still finds are fixed (about 1
 	// in 25 iterations fails; see the closing note of issue 10's session).
 	diffIterations = flag.Int("diffsync.iterations", 0, "iterations of TestDifferentialSync (0: skip)")
