@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"context"
-	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -38,19 +37,9 @@ func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	return fuse.OK
 }
 
-// Open opens a file the kernel looked up. The kernel may still hold a name
-// for a file that has none left (deleted in the bucket or unlinked on the
-// file side, its cached entry not dropped yet): such an open answers
-// ESTALE, and the kernel looks the path up again and retries it once, so
-// that open(O_CREAT) creates the file anew instead of writing into one no
-// name leads to, and a plain open finds what the name holds now. (A process
-// reopening an unlinked file through /proc/PID/fd gets ESTALE too.)
 func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
-	if a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId)); errors.Is(err, syscall.ENOENT) || err == nil && a.Nlink == 0 && !a.IsDir() {
-		return fuse.Status(syscall.ESTALE)
-	}
 	h, err := s.fs.Open(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Flags)
 	if err != nil {
 		return status(err)
