@@ -50,12 +50,13 @@ func (c *Client) List(ctx context.Context, dirPrefix, token string, max int) (Li
 	folded := false
 	for _, o := range out.Contents {
 		key := c.rel(dec(o.Key))
-		if i := strings.IndexByte(key[min(len(dirPrefix), len(key)):], '/'); strings.HasPrefix(key, dirPrefix) && i >= 0 {
+		rest, under := strings.CutPrefix(key, dirPrefix)
+		if i := strings.IndexByte(rest, '/'); under && i >= 0 {
 			// Below the delimiter: a store that lists a directory marker
 			// "d/" as an object of its parent (gofakes3 does) breaks the
 			// delimiter's contract; it stands for the prefix, as AWS S3
 			// would have listed it.
-			l.Prefixes = append(l.Prefixes, key[:len(dirPrefix)+i+1])
+			l.Prefixes = append(l.Prefixes, dirPrefix+rest[:i+1])
 			folded = true
 			continue
 		}

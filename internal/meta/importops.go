@@ -146,15 +146,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			// keeps its other names, their objects and its bytes, and
 			// drops its record of this key (the object is no longer its
 			// to replace or delete).
-			if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
-				return err
-			}
-			in.Nlink--
-			in.Ctime = s.now().UnixNano()
-			if err := dropKey(tx, &in, it.Obj.Key); err != nil {
-				return err
-			}
-			if err := putInode(tx, &in); err != nil {
+			if err := s.detach(tx, &p, name, &in, it.Obj.Key); err != nil {
 				return err
 			}
 			if in, err = s.addImported(tx, &p, it); err != nil {
@@ -343,25 +335,33 @@ func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, ex
 	})
 }
 
+// detach takes the name p/name away from in, a file with other names,
+// together with its record of key, that name's object (no longer in's to
+// replace or delete), and writes in. Nothing is queued: the other names
+// and their objects stay as they were.
+func (s *Store) detach(tx kv.Txn, p *Inode, name string, in *Inode, key string) error {
+	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+		return err
+	}
+	in.Nlink--
+	in.Ctime = s.now().UnixNano()
+	if err := dropKey(tx, in, key); err != nil {
+		return err
+	}
+	return putInode(tx, in)
+}
+
 // copyToLostFound is MoveToLostFound for a file with other names: they
 // keep the inode (its bytes, its other objects, its pending export), and
 // lost+found gets a frozen copy of the file as it is now, a new inode that
 // later writes through the other names do not change. The name leaves the
 // inode, with its record of key, the name's object.
 func (s *Store) copyToLostFound(tx kv.Txn, p *Inode, name string, in, lf *Inode, newName, key string) error {
-	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+	if err := s.detach(tx, p, name, in, key); err != nil {
 		return err
 	}
-	now := s.now().UnixNano()
-	in.Nlink--
-	in.Ctime = now
+	now := in.Ctime
 	p.Mtime, p.Ctime = now, now
-	if err := dropKey(tx, in, key); err != nil {
-		return err
-	}
-	if err := putInode(tx, in); err != nil {
-		return err
-	}
 	if err := putInode(tx, p); err != nil {
 		return err
 	}
