@@ -54,6 +54,23 @@ func newMeta(t testing.TB) *meta.Store {
 	return m
 }
 
+// newFile creates the regular file name in the root of m, holding body
+// (nothing for nil).
+func newFile(t testing.TB, m *meta.Store, name string, body []byte) meta.Inode {
+	t.Helper()
+	ctx := context.Background()
+	in, err := m.Create(ctx, meta.RootIno, name, meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		if in, err = m.WriteData(ctx, in.Ino, body, 0, false, 0, meta.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return in
+}
+
 func put(t testing.TB, c *bucket.Client, key string, md map[string]string) {
 	t.Helper()
 	body := []byte("data of " + key)

@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"errors"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,10 +20,7 @@ func TestAnExportSkipsAFileChangedSinceTheQueueWasRead(t *testing.T) {
 	m := newMeta(t)
 	e := NewExporter(m, b, nil, ExporterConfig{})
 	ctx := context.Background()
-	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := newFile(t, m, "f", nil)
 	// The file is due: its quiet period is over, and the exporter reads
 	// the queue.
 	if err := m.Enqueue(ctx, in.Ino, time.Now().Add(-time.Second), false); err != nil {

@@ -25,17 +25,7 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 	e := NewExporter(m, b, nil, ExporterConfig{})
 	ctx := context.Background()
 	body := []byte("the same content")
-	mk := func(name string) meta.Inode {
-		in, err := m.Create(ctx, meta.RootIno, name, meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if in, err = m.WriteData(ctx, in.Ino, body, 0, false, 0, meta.Limits{}); err != nil {
-			t.Fatal(err)
-		}
-		return in
-	}
-	a, bIn := mk("a"), mk("b")
+	a, bIn := newFile(t, m, "a", body), newFile(t, m, "b", body)
 	if err := e.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +72,7 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
 	st, m, _, e := newSyncEnv(t)
 	ctx := context.Background()
-	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WriteData(ctx, in.Ino, []byte("file side"), 0, false, 0, meta.Limits{}); err != nil {
-		t.Fatal(err)
-	}
+	newFile(t, m, "f", []byte("file side"))
 	if err := e.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +83,7 @@ func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
 	var landed bucket.ObjectInfo
 	e.beforeDelete = func(key string) {
 		e.beforeDelete = nil
+		var err error
 		if landed, err = st.bucket.Put(ctx, key, bytes.NewReader(theirs), int64(len(theirs)), bucket.PutOptions{}); err != nil {
 			t.Errorf("the bucket-side put: %v", err)
 		}
@@ -139,10 +124,7 @@ func TestADeleteNeverHidesAWriteThatLandedAfterTheLookBeforeIt(t *testing.T) {
 func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T) {
 	st, m, im, e := newSyncEnv(t)
 	ctx := context.Background()
-	in, err := m.Create(ctx, meta.RootIno, "f", meta.Inode{Mode: syscall.S_IFREG | 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := newFile(t, m, "f", nil)
 	export := func(body string) meta.Object {
 		t.Helper()
 		if _, err := m.ResizeData(ctx, in.Ino, 0, false, nil); err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,25 @@ func word(p []byte, off int64, v uint64) {
 	}
 }
 
+// readObject reads the version of key's object (the current one for "")
+// and returns its bytes and version id.
+func (e *env) readObject(ctx context.Context, key, version string) ([]byte, string, error) {
+	o, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: &key, VersionId: optional(version)})
+	if err != nil {
+		return nil, "", err
+	}
+	defer o.Body.Close()
+	b, err := io.ReadAll(o.Body)
+	return b, aws.ToString(o.VersionId), err
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // objectVersions returns the body of every version of key, newest first.
 func (e *env) objectVersions(key string) [][]byte {
 	e.t.Helper()
@@ -42,12 +62,7 @@ func (e *env) objectVersions(key string) [][]byte {
 		if *v.Key != key {
 			continue
 		}
-		o, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: &key, VersionId: v.VersionId})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		b, err := io.ReadAll(o.Body)
-		o.Body.Close()
+		b, _, err := e.readObject(ctx, key, aws.ToString(v.VersionId))
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -80,6 +80,13 @@ func newDiffModel() *diffModel {
 	return m
 }
 
+// logOnly records what in the history without changing any state.
+func (m *diffModel) logOnly(at time.Time, what string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.log = append(m.log, fmt.Sprintf("%s %s", at.Format("15:04:05.000000"), what))
+}
+
 func (m *diffModel) note(side map[string]*sideState, key string, present bool, content string, start, end time.Time, what string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -142,7 +149,7 @@ func runDiffSync(t *testing.T, seed uint64) {
 	for {
 		e.flush()
 		tree, bucket = e.fileTree(), e.bucketState()
-		if mapsEqual(tree, bucket) && e.eng.Importer.EventStats().Pending == 0 {
+		if maps.Equal(tree, bucket) && e.eng.Importer.EventStats().Pending == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -151,18 +158,6 @@ func runDiffSync(t *testing.T, seed uint64) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	m.check(t, e, seed, delay, tree)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // fileActor changes the namespace through the mount.
@@ -243,12 +238,7 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			} else if hit {
 				m.note(m.bkt, key, false, "", start, end, "bucket delete "+key)
 			} else {
-				m.note(m.bkt, key, m.bkt[key].present, m.bkt[key].content, m.bkt[key].start, m.bkt[key].end, "bucket delete (of nothing) "+key)
-				m.mu.Lock()
-				if m.bkt[key].start.IsZero() {
-					m.bkt[key].touched = false
-				}
-				m.mu.Unlock()
+				m.logOnly(end, "bucket delete (of nothing) "+key)
 			}
 		case op < 9:
 			// Copy another key's current object here.
@@ -256,17 +246,12 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			if from == key {
 				continue
 			}
-			out, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: &from})
+			b, version, err := e.readObject(ctx, from, "")
 			if err != nil {
 				continue // nothing there now
 			}
-			b, err := io.ReadAll(out.Body)
-			out.Body.Close()
-			if err != nil {
-				return err
-			}
 			if _, err := e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &e.bucket, Key: &key,
-				CopySource: aws.String(e.bucket + "/" + from + "?versionId=" + aws.ToString(out.VersionId))}); err != nil {
+				CopySource: aws.String(e.bucket + "/" + from + "?versionId=" + version)}); err != nil {
 				return fmt.Errorf("copy %s to %s: %w", from, key, err)
 			}
 			m.note(m.bkt, key, true, string(b), start, time.Now(), "bucket copy "+from+" -> "+key+" "+string(b))
@@ -286,12 +271,7 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 				continue
 			}
 			v := old[rng.IntN(len(old))]
-			out, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: &key, VersionId: v.VersionId})
-			if err != nil {
-				return err
-			}
-			b, err := io.ReadAll(out.Body)
-			out.Body.Close()
+			b, _, err := e.readObject(ctx, key, aws.ToString(v.VersionId))
 			if err != nil {
 				return err
 			}
@@ -435,12 +415,7 @@ func (e *env) allVersionContents() map[string]bool {
 			e.t.Fatal(err)
 		}
 		for _, v := range page.Versions {
-			o, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: v.Key, VersionId: v.VersionId})
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			b, err := io.ReadAll(o.Body)
-			o.Body.Close()
+			b, _, err := e.readObject(ctx, aws.ToString(v.Key), aws.ToString(v.VersionId))
 			if err != nil {
 				e.t.Fatal(err)
 			}
