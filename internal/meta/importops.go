@@ -302,9 +302,9 @@ func dropKey(tx kv.Txn, in *Inode, key string) error {
 }
 
 // MoveToLostFound moves the inode at parent/name (still expect) into the
-// lost+found directory as newName, forgetting every bucket object it stood
-// for: the bucket's version wins the name, and this one is kept only on the
-// file side. key is the bucket key of parent/name.
+// lost+found directory as newName, forgetting the bucket object at key, the
+// key of parent/name: the bucket's version wins the name, and this one is
+// kept only on the file side.
 func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName, key string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, in, err := expectedChild(tx, parent, name, expect)
@@ -324,10 +324,13 @@ func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, ex
 		if !in.IsDir() && in.Nlink > 1 {
 			return s.copyToLostFound(tx, &p, name, &in, &lf, newName, key)
 		}
-		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
+		// Only the name's own object is no longer the inode's. Objects of
+		// names it had before (a rename or unlink not exported yet) are
+		// still its to delete, and the exporter deletes them: under
+		// lost+found it wants no key.
+		if err := dropKey(tx, &in, key); err != nil {
 			return err
 		}
-		in.Keys = nil
 		if err := s.move(tx, &p, name, &lf, newName, &in); err != nil {
 			return err
 		}

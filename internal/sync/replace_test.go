@@ -3,6 +3,7 @@ package sync
 import (
 	"bytes"
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -193,4 +194,41 @@ func newSyncEnv(t *testing.T) (*uploadStore, *meta.Store, *Importer, *Exporter) 
 	im := NewImporter(m, st.bucket, ImporterConfig{})
 	list(t, m, im, "")
 	return st, m, im, NewExporter(m, st.bucket, im, ExporterConfig{})
+}
+
+// Found by the differential sync test: a file exported as "a", renamed to
+// "b" on the file side, and "b" written in the bucket before the rename was
+// exported. The conflict at "b" moves the file to lost+found; the object
+// at "a" is a name the file side had already given up, and its delete must
+// still happen. (The file's whole record of objects was dropped with the
+// conflict, so "a" stayed in the bucket and came back on the file side.)
+func TestAConflictAfterARenameStillDeletesTheOldName(t *testing.T) {
+	st, m, im, e := newSyncEnv(t)
+	ctx := context.Background()
+	newFile(t, m, "a", []byte("file side"))
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rename(ctx, meta.RootIno, "a", meta.RootIno, "b", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	theirs := []byte("bucket side")
+	if _, err := st.bucket.Put(ctx, "b", bytes.NewReader(theirs), int64(len(theirs)), bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Revalidate(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.bucket.Head(ctx, "a", ""); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("the object of the old name a: %v, want it deleted", err)
+	}
+	if head, err := st.bucket.Head(ctx, "b", ""); err != nil || head.Size != int64(len(theirs)) {
+		t.Fatalf("b: %+v, %v; want the bucket's version", head, err)
+	}
+	if n, err := m.LostFoundCount(ctx); err != nil || n != 1 {
+		t.Fatalf("lost+found holds %d entries (%v), want 1", n, err)
+	}
 }
