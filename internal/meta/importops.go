@@ -262,6 +262,12 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 		if err := s.unlink(tx, &p, name, &in, in.IsDir()); err != nil {
 			return err
 		}
+		if in.Nlink == 0 {
+			in.Flags |= DeletedInBucket
+			if err := putInode(tx, &in); err != nil {
+				return err
+			}
+		}
 		return putInode(tx, &p)
 	})
 }

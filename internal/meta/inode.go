@@ -34,6 +34,11 @@ const (
 	// NoExport: this inode and everything below it never reach the bucket
 	// (the lost+found directory).
 	NoExport
+	// DeletedInBucket: the inode lost its last name because the bucket
+	// deleted its object (an import), not by a file-side unlink or rename.
+	// A front end that still holds a cached name for it knows that name is
+	// stale. A new link clears it.
+	DeletedInBucket
 )
 
 // Inode is the stored form of one file system object.

@@ -162,6 +162,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, ch
 		}
 		now := s.now()
 		in.Nlink++
+		in.Flags &^= DeletedInBucket
 		in.Ctime = now.UnixNano()
 		p.Mtime, p.Ctime = in.Ctime, in.Ctime
 		if err := s.markChanged(tx, &in, NoChange, now); err != nil {

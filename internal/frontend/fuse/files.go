@@ -2,11 +2,13 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"bucketfs/internal/locks"
+	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
 
@@ -37,10 +39,25 @@ func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	return fuse.OK
 }
 
+// Open opens a file the kernel looked up. The kernel may still hold a name
+// for a file the bucket deleted (an import removed it, and the kernel has
+// not dropped its entry yet, or the open's own check with the bucket just
+// found it gone): such an open answers ESTALE, and the kernel looks the
+// path up again and retries once, so open(O_CREAT) makes the file anew and
+// a plain open says ENOENT. A file unlinked or renamed away on the file
+// side opens as it would on a local disk (an open racing a rename may get
+// the replaced file).
 func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ctx, done := ctxOf(cancel)
 	defer done()
-	h, err := s.fs.Open(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Flags)
+	ino := vfs.Ino(in.NodeId)
+	if s.deletedInBucket(ctx, ino) {
+		return fuse.Status(syscall.ESTALE)
+	}
+	h, err := s.fs.Open(ctx, cred(&in.InHeader), ino, in.Flags)
+	if errors.Is(err, syscall.ENOENT) && s.deletedInBucket(ctx, ino) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	if err != nil {
 		return status(err)
 	}
@@ -51,6 +68,13 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	}
 	out.Fh = s.addFile(h)
 	return fuse.OK
+}
+
+// deletedInBucket reports whether ino lost its names to a delete in the
+// bucket.
+func (s *server) deletedInBucket(ctx context.Context, ino vfs.Ino) bool {
+	a, err := s.fs.GetAttr(ctx, ino)
+	return err == nil && a.Nlink == 0 && a.Has(meta.DeletedInBucket)
 }
 
 func (s *server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {

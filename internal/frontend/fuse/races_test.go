@@ -314,3 +314,28 @@ func TestAConflictOnOneHardLinkKeepsAFrozenCopy(t *testing.T) {
 		t.Fatalf("the bucket's a holds %q", body)
 	}
 }
+
+// open(O_CREAT) through a name the kernel still holds for a file the
+// bucket deleted makes the file anew, never ENOENT (found by the
+// differential sync test). The open's own check with the bucket finds the
+// delete here: no events, no polls, and the kernel keeps the entry.
+func TestCreatingOverAFileDeletedInTheBucketMakesItAnew(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(time.Millisecond))
+	writeFile(t, e.path("f"), []byte("first"))
+	e.flush()
+	if !readsAs(e.path("f"), []byte("first")) { // the kernel holds the entry now
+		t.Fatal("f unreadable")
+	}
+	e.deleteObject("f")
+	time.Sleep(5 * time.Millisecond) // past the revalidation TTL: the open asks the bucket
+	if err := os.WriteFile(e.path("f"), []byte("second"), 0o644); err != nil {
+		t.Fatalf("open(O_CREAT) over a file deleted in the bucket: %v", err)
+	}
+	if got := readFile(t, e.path("f")); string(got) != "second" {
+		t.Fatalf("f reads %q", got)
+	}
+	e.flush()
+	if body, _, _ := e.get("f"); string(body) != "second" {
+		t.Fatalf("the bucket's f holds %q", body)
+	}
+}
