@@ -604,7 +604,7 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	mine := tagged && who == inodeOrigin(e.meta.Fsid(), ino)
 	ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 	exact := versioned(k.VersionID) && cur.VersionID == k.VersionID
-	seen := exact || (cur.ETag == k.ETag && (!versioned(k.VersionID) || !versioned(cur.VersionID)))
+	seen := sameVersion(k, cur)
 	switch {
 	case ours && !mine && !exact:
 		// Another inode of this file system wrote it: the name is its
@@ -712,7 +712,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			case mine && gen == in.Gen:
 				return cur, nil // this very export, done before a crash
 			case mine:
-			case owned && owner.Ino != in.Ino && held.ETag == cur.ETag:
+			case owned && owner.Ino != in.Ino && sameVersion(held, cur):
 				// Another inode of this file system held the name (it was
 				// unlinked or renamed away and not yet exported): this
 				// export replaces that object, and that inode's reconcile

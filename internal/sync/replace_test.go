@@ -232,3 +232,43 @@ func TestAConflictAfterARenameStillDeletesTheOldName(t *testing.T) {
 		t.Fatalf("lost+found holds %d entries (%v), want 1", n, err)
 	}
 }
+
+// Found by the differential sync test: a file renamed onto an exported
+// name, and before that rename is exported the bucket writes the name again
+// with the same bytes (a restore of the version the file side saw: same
+// ETag, new version). That write is a bucket-side change: it wins the
+// name, and the renamed file goes to lost+found. Compared by ETag it looked
+// like the replaced file's own object and was overwritten.
+func TestARewriteWithTheSameBytesBeatsARenameOntoTheName(t *testing.T) {
+	st, m, im, e := newSyncEnv(t)
+	ctx := context.Background()
+	same := []byte("the bytes at n")
+	newFile(t, m, "n", same)
+	newFile(t, m, "src", []byte("file side"))
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rename(ctx, meta.RootIno, "src", meta.RootIno, "n", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := st.bucket.Put(ctx, "n", bytes.NewReader(same), int64(len(same)), bucket.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Revalidate(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	head, err := st.bucket.Head(ctx, "n", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.VersionID != theirs.VersionID {
+		t.Fatalf("n is version %s, want the bucket's rewrite %s", head.VersionID, theirs.VersionID)
+	}
+	if n, err := m.LostFoundCount(ctx); err != nil || n != 1 {
+		t.Fatalf("lost+found holds %d entries (%v), want the renamed file", n, err)
+	}
+}

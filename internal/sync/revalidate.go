@@ -148,7 +148,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		}
 	}
 	if owned && (res.Child == nil || owner.Ino != res.Child.Ino) {
-		if o, _ := recordedAt(&owner, key); !exists || o.ETag == head.ETag {
+		if o, _ := recordedAt(&owner, key); !exists || sameVersion(o, head) {
 			return nil // the exporter will carry out the file-side change
 		}
 		// Changed in the bucket: the bucket's version keeps the name; the
