@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,16 +20,25 @@ const (
 	mdMtimeNs = "bucketfs-mtime"
 	mdRdev    = "rdev"
 	// mdOrigin names the file system, inode and generation an object was
-	// exported from, so that after a crash the exporter recognises its own
-	// unrecorded uploads, and the importer does not take them for
-	// bucket-side changes.
+	// exported from, and the key it was written to, so that after a crash
+	// the exporter recognises its own unrecorded uploads, and the importer
+	// does not take them for bucket-side changes.
 	mdOrigin = "bucketfs-origin"
 )
 
 // origin is the mdOrigin value for generation gen of ino in file system
-// fsid.
-func origin(fsid string, ino meta.Ino, gen uint64) string {
-	return inodeOrigin(fsid, ino) + "/" + strconv.FormatUint(gen, 10)
+// fsid, written to key: "FSID/INO/GEN#KEYHASH". The key is part of it
+// because CopyObject keeps an object's metadata: a copy made in the bucket
+// to another key carries the tag of the object it copies, and is a
+// bucket-side write all the same.
+func origin(fsid string, ino meta.Ino, gen uint64, key string) string {
+	return inodeOrigin(fsid, ino) + "/" + strconv.FormatUint(gen, 10) + "#" + keyHash(key)
+}
+
+// keyHash is a short digest of key for an origin tag.
+func keyHash(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:6])
 }
 
 // inodeOrigin is the part of an mdOrigin value that names the inode.
@@ -35,10 +46,16 @@ func inodeOrigin(fsid string, ino meta.Ino) string {
 	return fsid + "/" + strconv.FormatUint(uint64(ino), 10)
 }
 
-// originOf splits an mdOrigin value into its file system and inode parts
-// and its generation.
-func originOf(md map[string]string) (inode string, gen uint64, ok bool) {
-	v := md[mdOrigin]
+// originOf splits the mdOrigin value of the object at key into its file
+// system and inode parts and its generation. ok is false for an object with
+// no tag, and for one whose tag names another key (a copy made in the
+// bucket); a tag without a key (written before keys were recorded) is taken
+// as it is.
+func originOf(md map[string]string, key string) (inode string, gen uint64, ok bool) {
+	v, hash, hashed := strings.Cut(md[mdOrigin], "#")
+	if hashed && hash != keyHash(key) {
+		return "", 0, false
+	}
 	i := strings.LastIndexByte(v, '/')
 	if i <= 0 {
 		return "", 0, false
@@ -47,10 +64,10 @@ func originOf(md map[string]string) (inode string, gen uint64, ok bool) {
 	return v[:i], g, err == nil
 }
 
-// ourInode returns the inode of this file system that wrote an object,
-// from its origin tag.
-func (im *Importer) ourInode(md map[string]string) (meta.Ino, bool) {
-	who, _, ok := originOf(md)
+// ourInode returns the inode of this file system that wrote the object at
+// key, from its origin tag.
+func (im *Importer) ourInode(md map[string]string, key string) (meta.Ino, bool) {
+	who, _, ok := originOf(md, key)
 	fsid, num, found := strings.Cut(who, "/")
 	if !ok || !found || fsid != im.meta.Fsid() {
 		return 0, false
@@ -67,14 +84,14 @@ const (
 
 // objectMetadata is the user metadata that records in's attributes and
 // where the object came from.
-func objectMetadata(in *meta.Inode, fsid string) map[string]string {
+func objectMetadata(in *meta.Inode, fsid, key string) map[string]string {
 	m := map[string]string{
 		mdMode:    strconv.FormatUint(uint64(in.Mode), 10),
 		mdUid:     strconv.FormatUint(uint64(in.Uid), 10),
 		mdGid:     strconv.FormatUint(uint64(in.Gid), 10),
 		mdMtime:   strconv.FormatInt(in.Mtime/1e9, 10),
 		mdMtimeNs: strconv.FormatInt(in.Mtime, 10),
-		mdOrigin:  origin(fsid, in.Ino, in.Gen),
+		mdOrigin:  origin(fsid, in.Ino, in.Gen, key),
 	}
 	if t := in.Type(); t == syscall.S_IFCHR || t == syscall.S_IFBLK {
 		m[mdRdev] = strconv.FormatUint(uint64(in.Rdev), 10)

@@ -414,7 +414,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			// Attributes only: rewrite metadata in place where the name is
 			// already exported (the new Gen is durable, as above).
 			if old, ok := have[want[0]]; ok {
-				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid()), IfMatch: old.ETag},
+				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), want[0]), IfMatch: old.ETag},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
 						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
 					})
@@ -440,7 +440,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 				keep = append(keep, old)
 				continue
 			}
-			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid())}
+			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k)}
 			if exported {
 				opt.IfMatch = old.ETag
 			} else {
@@ -551,7 +551,7 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 	case err != nil:
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
-	if who, _, ok := originOf(cur.Metadata); !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
+	if who, _, ok := originOf(cur.Metadata, key); !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
 		return nil
 	}
 	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version", cur.VersionID)
@@ -600,7 +600,7 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	// The version decides, and who wrote it, never the ETag alone: the
 	// inode renamed over this one may have just uploaded the same bytes
 	// under the name, before its record of the name is committed.
-	who, _, tagged := originOf(cur.Metadata)
+	who, _, tagged := originOf(cur.Metadata, k.Key)
 	mine := tagged && who == inodeOrigin(e.meta.Fsid(), ino)
 	ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 	exact := versioned(k.VersionID) && cur.VersionID == k.VersionID
@@ -646,7 +646,7 @@ func toObject(o bucket.ObjectInfo, size int64) meta.Object {
 // version, conditional on old (the version last seen there, if any).
 // snap is the snapshot in was read from (nil for a directory).
 func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
-	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid())}
+	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), key)}
 	if old.Key != "" {
 		opt.IfMatch = old.ETag
 	} else {
@@ -705,7 +705,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 				return info, err
 			}
 			held, _ := recordedAt(&owner, key)
-			who, gen, tagged := originOf(cur.Metadata)
+			who, gen, tagged := originOf(cur.Metadata, key)
 			mine := tagged && who == inodeOrigin(e.meta.Fsid(), in.Ino)
 			ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 			switch {

@@ -188,7 +188,7 @@ func TestAttributesComeFromS3fsMetadataOrDefaults(t *testing.T) {
 	}
 	// What the exporter writes reads back the same.
 	in := meta.Inode{Mode: syscall.S_IFCHR | 0o600, Uid: 7, Gid: 8, Rdev: 0x0103, Mtime: 1700000000987654321}
-	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in, "fs"), lm, false)
+	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in, "fs", "k"), lm, false)
 	if mode != in.Mode || uid != 7 || gid != 8 || rdev != in.Rdev || mtime != in.Mtime {
 		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d", mode, uid, gid, rdev, mtime)
 	}
@@ -241,5 +241,23 @@ func TestADirectoryMarkerListedAsAnObjectIsADirectory(t *testing.T) {
 	}
 	if got := list(t, m, im, "d/e"); len(got) != 0 {
 		t.Fatalf("d/e lists %v", got)
+	}
+}
+
+// The origin tag names the key it was written to: the same tag read at
+// another key (a copy made in the bucket) is no tag of ours, and a tag
+// written before keys were recorded still counts.
+func TestAnOriginTagHoldsOnlyAtItsOwnKey(t *testing.T) {
+	in := meta.Inode{Ino: 42, Gen: 7}
+	md := objectMetadata(&in, "fs", "a/b")
+	if who, gen, ok := originOf(md, "a/b"); !ok || who != "fs/42" || gen != 7 {
+		t.Fatalf("at its key: %q %d %v", who, gen, ok)
+	}
+	if _, _, ok := originOf(md, "a/c"); ok {
+		t.Fatal("the tag counted at another key")
+	}
+	old := map[string]string{mdOrigin: "fs/42/7"}
+	if who, gen, ok := originOf(old, "anywhere"); !ok || who != "fs/42" || gen != 7 {
+		t.Fatalf("a tag without a key: %q %d %v", who, gen, ok)
 	}
 }

@@ -44,7 +44,7 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := objectMetadata(&bIn, m.Fsid())
+	md := objectMetadata(&bIn, m.Fsid(), "a")
 	if _, err := b.Put(ctx, "a", bytes.NewReader(body), int64(len(body)), bucket.PutOptions{Metadata: md}); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 	if err != nil {
 		t.Fatalf("the object the replacing file wrote is gone: %v", err)
 	}
-	if who, _, _ := originOf(cur.Metadata); who != inodeOrigin(m.Fsid(), bIn.Ino) {
+	if who, _, _ := originOf(cur.Metadata, "a"); who != inodeOrigin(m.Fsid(), bIn.Ino) {
 		t.Fatalf("a is now from %q, want the replacing inode", who)
 	}
 	if err := e.Flush(ctx); err != nil {
@@ -270,5 +270,46 @@ func TestARewriteWithTheSameBytesBeatsARenameOntoTheName(t *testing.T) {
 	}
 	if n, err := m.LostFoundCount(ctx); err != nil || n != 1 {
 		t.Fatalf("lost+found holds %d entries (%v), want the renamed file", n, err)
+	}
+}
+
+// Found by the differential sync test: a bucket-side copy of an object
+// bucketfs exported (CopyObject keeps its metadata, origin tag and all) to
+// the name a file is being renamed to. The copy is a bucket-side write at
+// that name: it wins, and the renamed file goes to lost+found. Taken for
+// "file-side history" by its tag, it was overwritten.
+func TestABucketCopyOfOurObjectToAnotherKeyIsABucketSideWrite(t *testing.T) {
+	st, m, im, e := newSyncEnv(t)
+	ctx := context.Background()
+	newFile(t, m, "src", []byte("exported elsewhere"))
+	newFile(t, m, "mover", []byte("file side"))
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rename(ctx, meta.RootIno, "mover", meta.RootIno, "dst", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := st.bucket.Copy(ctx, "dst", "src", "", bucket.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Revalidate(ctx, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	head, err := st.bucket.Head(ctx, "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.VersionID != theirs.VersionID {
+		t.Fatalf("dst is version %s, want the bucket's copy %s", head.VersionID, theirs.VersionID)
+	}
+	if n, err := m.LostFoundCount(ctx); err != nil || n != 1 {
+		t.Fatalf("lost+found holds %d entries (%v), want the renamed file", n, err)
+	}
+	if _, err := st.bucket.Head(ctx, "mover", ""); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("the old name's object: %v, want it deleted", err)
 	}
 }

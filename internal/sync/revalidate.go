@@ -129,7 +129,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		// An object of ours that an export intent names: the exporter
 		// wrote it and a crash came before the record; it adopts or
 		// deletes it (meta.AddIntents). It is no bucket-side change.
-		if ino, ok := im.ourInode(head.Metadata); ok {
+		if ino, ok := im.ourInode(head.Metadata, key); ok {
 			if pending, err := im.meta.HasIntent(ctx, ino, key); err != nil {
 				return err
 			} else if pending {
@@ -178,7 +178,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	if exists && known.Key != "" && sameVersion(known, head) {
 		return nil // what the file side saw (or just exported)
 	}
-	if who, gen, ok := originOf(head.Metadata); exists && ok && who == inodeOrigin(im.meta.Fsid(), child.Ino) && gen > child.ExportedGen {
+	if who, gen, ok := originOf(head.Metadata, key); exists && ok && who == inodeOrigin(im.meta.Fsid(), child.Ino) && gen > child.ExportedGen {
 		// This inode's own export of a generation newer than any it
 		// recorded: not recorded yet, the exporter adopts it. An older
 		// generation under our tag is a copy of an earlier version (a
@@ -199,7 +199,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		// of the name exported: the exporter replaces it. Anything else was
 		// made in the bucket while the file side made the name: both sides
 		// changed it, and the bucket wins.
-		if _, ours := im.ourInode(head.Metadata); ours {
+		if _, ours := im.ourInode(head.Metadata, key); ours {
 			return nil
 		}
 		return im.conflict(ctx, key, res, head, exists)
