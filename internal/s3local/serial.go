@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/gofiber/fiber/v3"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3err"
 	"github.com/versity/versitygw/s3response"
@@ -58,9 +60,45 @@ func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectIn
 	return b.Backend.PutObject(ctx, in)
 }
 
+// CopyObject also honours If-Match and If-None-Match on the destination,
+// which versitygw's API drops (copyConditions carries them here): under
+// the key's lock the look and the copy are one step, so a copy made
+// conditional on what the destination held never overwrites a write
+// racing it.
 func (b *serialBackend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
 	defer b.lock(in.Bucket, in.Key)()
+	if cond, ok := ctx.Value(copyConditionsKey{}).(copyConditions); ok {
+		cur, err := b.Backend.HeadObject(ctx, &s3.HeadObjectInput{Bucket: in.Bucket, Key: in.Key})
+		var apiErr s3err.APIError
+		exists := err == nil
+		if err != nil && !(errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound) {
+			return s3response.CopyObjectOutput{}, err
+		}
+		if cond.ifNoneMatch == "*" && exists ||
+			cond.ifMatch != "" && (!exists || strings.Trim(aws.ToString(cur.ETag), `"`) != strings.Trim(cond.ifMatch, `"`)) {
+			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrPreconditionFailed)
+		}
+	}
 	return b.Backend.CopyObject(ctx, in)
+}
+
+// copyConditions are the If-Match and If-None-Match headers of a
+// CopyObject request, which apply to its destination.
+type copyConditions struct{ ifMatch, ifNoneMatch string }
+
+type copyConditionsKey struct{}
+
+// keepCopyConditions is a middleware that hands the destination conditions
+// of a CopyObject request (a PUT with x-amz-copy-source that is no
+// UploadPartCopy) to the backend, through the request's context.
+func keepCopyConditions(c fiber.Ctx) error {
+	if c.Method() == http.MethodPut && c.Get("X-Amz-Copy-Source") != "" && c.Query("uploadId") == "" {
+		cond := copyConditions{ifMatch: c.Get("If-Match"), ifNoneMatch: c.Get("If-None-Match")}
+		if cond != (copyConditions{}) {
+			c.RequestCtx().SetUserValue(copyConditionsKey{}, cond)
+		}
+	}
+	return c.Next()
 }
 
 func (b *serialBackend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {

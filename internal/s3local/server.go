@@ -243,6 +243,7 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		// answers everything with 503 SlowDown.
 		s3api.WithConcurrencyLimiter(maxConnections, maxRequests),
 		s3api.WithOnListen(func() { once.Do(func() { close(listening) }) }),
+		s3api.WithMiddleware("/", keepCopyConditions),
 	}
 	var events s3event.S3EventSender // a true nil interface when unused
 	if cfg.OnEvent != nil {

@@ -426,3 +426,44 @@ func TestIfNoneMatchWritesOverADeleteMarker(t *testing.T) {
 		t.Fatal("If-None-Match: * over the new current object succeeded")
 	}
 }
+
+// CopyObject honours If-Match and If-None-Match on its destination, as
+// AWS S3 does; versitygw drops them, and bucketfs's renames (copies made
+// conditional on what the destination held) then overwrote writes racing
+// them.
+func TestCopyObjectHonoursConditionsOnItsDestination(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	b := aws.String(s.Bucket)
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: b, Key: aws.String("src"), Body: bytes.NewReader([]byte("source"))}); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: b, Key: aws.String("dst"), Body: bytes.NewReader([]byte("there"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := func(ifMatch, ifNoneMatch *string) error {
+		_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: b, Key: aws.String("dst"), CopySource: aws.String(s.Bucket + "/src"),
+			IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
+		return err
+	}
+	if err := cp(nil, aws.String("*")); err == nil {
+		t.Fatal("a copy with If-None-Match: * over a current object succeeded")
+	}
+	if err := cp(aws.String(`"0123456789abcdef0123456789abcdef"`), nil); err == nil {
+		t.Fatal("a copy with If-Match on another ETag succeeded")
+	}
+	if err := cp(dst.ETag, nil); err != nil {
+		t.Fatalf("a copy with If-Match on the current ETag: %v", err)
+	}
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: b, Key: aws.String("dst")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp(dst.ETag, nil); err == nil {
+		t.Fatal("a copy with If-Match over a delete marker succeeded")
+	}
+	if err := cp(nil, aws.String("*")); err != nil {
+		t.Fatalf("a copy with If-None-Match: * over a delete marker: %v", err)
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,9 +35,9 @@ import (
 //     side alone touched it;
 //   - the bucket wins a race: a bucket-side write is superseded only by a
 //     file-side change that ended after it began (the two may overlap: the
-//     import can land between them), except that a bucket-side delete does
-//     not remove a new file the file side put at the key (its version was
-//     not the one deleted);
+//     import can land between them), except that a bucket-side delete of
+//     another file's version (see hidAnotherFile) leaves the file side's
+//     file alone;
 //   - nothing the file side wrote is lost: the last state the file side gave
 //     a name is current somewhere, was exported (a version in the bucket),
 //     or is in lost+found, each entry of which holds bytes the file side
@@ -63,9 +65,14 @@ type sideState struct {
 	content       string
 	start, end    time.Time
 	uncertainRead bool // the content could not be told (a racing import)
-	// fresh: the file side's last change put a new file at the key (a
-	// create, or a rename onto it), not a change of the file there.
+	// fresh: the file at the key is one the file side put there (a create,
+	// or a rename onto it), not one it had from the bucket.
 	fresh bool
+	// ino: the file side's file at the key after its last change.
+	ino uint64
+	// hidIno: for a bucket-side delete, the inode whose export wrote the
+	// version it hid (0: a version bucketfs did not write).
+	hidIno uint64
 }
 
 type diffModel struct {
@@ -179,12 +186,19 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			m.mu.Unlock()
 			_, err := os.Lstat(p)
 			fresh := errors.Is(err, os.ErrNotExist)
+			m.mu.Lock()
+			prev := *m.file[key]
+			m.mu.Unlock()
 			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 				return fmt.Errorf("write %s: %w", key, err)
 			}
 			m.note(m.file, key, true, content, start, time.Now(), "file write "+key+" "+content)
 			m.mu.Lock()
-			m.file[key].fresh = fresh
+			// A write to the file the file side itself put there keeps
+			// it a new file.
+			ino := inoOf(p)
+			m.file[key].fresh = fresh || prev.fresh && ino != 0 && ino == prev.ino
+			m.file[key].ino = ino
 			m.mu.Unlock()
 		case op < 7:
 			err := os.Remove(p)
@@ -209,7 +223,7 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			b, err := os.ReadFile(e.path(to))
 			m.note(m.file, to, true, string(b), start, end, "file rename-target "+to+" "+string(b))
 			m.mu.Lock()
-			m.file[to].fresh = true
+			m.file[to].fresh, m.file[to].ino = true, inoOf(e.path(to))
 			m.file[to].uncertainRead = err != nil
 			m.mu.Unlock()
 		}
@@ -242,10 +256,17 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			end := time.Now()
 			// A delete of a key with no current object deleted nothing:
 			// it is no change of the bucket side.
-			if hit, err := e.deletedAVersion(key, aws.ToString(out.VersionId)); err != nil {
+			if hid, err := e.deletedAVersion(key, aws.ToString(out.VersionId)); err != nil {
 				return err
-			} else if hit {
-				m.note(m.bkt, key, false, "", start, end, "bucket delete "+key)
+			} else if hid != "" {
+				writer, err := e.writerInode(key, hid)
+				if err != nil {
+					return err
+				}
+				m.note(m.bkt, key, false, "", start, end, fmt.Sprintf("bucket delete %s (hid a version by inode %d)", key, writer))
+				m.mu.Lock()
+				m.bkt[key].hidIno = writer
+				m.mu.Unlock()
 			} else {
 				m.logOnly(end, "bucket delete (of nothing) "+key)
 			}
@@ -374,11 +395,7 @@ func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration
 			problems = append(problems, fmt.Sprintf("%s: only the file side changed it, last to %v %q; it holds %v %q", k, f.present, f.content, present, got))
 		case f.touched && b.touched && !same(f) && !same(b):
 			problems = append(problems, fmt.Sprintf("%s: ends %v %q, neither side's last state (file %v %q, bucket %v %q)", k, present, got, f.present, f.content, b.present, b.content))
-		case f.touched && b.touched && !same(b) && !f.end.After(b.start) && !(f.fresh && !b.present):
-			// A bucket-side delete hid the version the key held before
-			// the file side put a new file there (its old file was
-			// unlinked or replaced on the file side too): both sides
-			// removed that version, and the new file is no conflict.
+		case f.touched && b.touched && !same(b) && !f.end.After(b.start) && !hidAnotherFile(f, b):
 			problems = append(problems, fmt.Sprintf("%s: the bucket's last write (%v %q, begun %s) lost to a file-side change ended before it began (%s)", k, b.present, b.content, b.start.Format("15:04:05.000000"), f.end.Format("15:04:05.000000")))
 		}
 	}
@@ -416,6 +433,31 @@ func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration
 	}
 }
 
+// hidAnotherFile reports whether the bucket side's last change, a delete,
+// hid a version of another file than the one the file side holds at the
+// key: one another inode exported, or, for a version bucketfs did not
+// write, one the file side had replaced with a new file (a create or a
+// rename onto the name). Both sides removed that version then, and the
+// file side's file is no conflict.
+func hidAnotherFile(f, b *sideState) bool {
+	if b.present {
+		return false
+	}
+	if b.hidIno != 0 {
+		return f.ino != 0 && b.hidIno != f.ino
+	}
+	return f.fresh
+}
+
+// inoOf returns path's inode number (0 if it cannot be read: a race).
+func inoOf(path string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
 // allVersionContents reads every object version the bucket holds.
 func (e *env) allVersionContents() map[string]bool {
 	e.t.Helper()
@@ -438,12 +480,12 @@ func (e *env) allVersionContents() map[string]bool {
 	return out
 }
 
-// deletedAVersion reports whether the delete marker marker of key stands
-// right above an object version, that is, whether the delete hid one.
-func (e *env) deletedAVersion(key, marker string) (bool, error) {
+// deletedAVersion returns the object version right below the delete marker
+// marker of key, the one the delete hid ("" if it hid none).
+func (e *env) deletedAVersion(key, marker string) (string, error) {
 	out, err := e.s3.ListObjectVersions(context.Background(), &s3.ListObjectVersionsInput{Bucket: &e.bucket, Prefix: &key})
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	type entry struct {
 		id     string
@@ -464,9 +506,24 @@ func (e *env) deletedAVersion(key, marker string) (bool, error) {
 	// Newest first; version ids of the embedded store sort by time.
 	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(b.id, a.id) })
 	for i, en := range all {
-		if en.id == marker {
-			return i+1 < len(all) && !all[i+1].marker, nil
+		if en.id == marker && i+1 < len(all) && !all[i+1].marker {
+			return all[i+1].id, nil
 		}
 	}
-	return false, nil
+	return "", nil
+}
+
+// writerInode returns the inode whose export wrote the version of key, from
+// its origin tag (0 for a version bucketfs did not write).
+func (e *env) writerInode(key, version string) (uint64, error) {
+	out, err := e.s3.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &e.bucket, Key: &key, VersionId: &version})
+	if err != nil {
+		return 0, err
+	}
+	parts := strings.Split(out.Metadata["bucketfs-origin"], "/")
+	if len(parts) < 2 {
+		return 0, nil
+	}
+	n, _ := strconv.ParseUint(parts[1], 10, 64)
+	return n, nil
 }
