@@ -51,13 +51,25 @@ func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
 func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
 	defer b.lock(in.Bucket, in.Key)()
 	if aws.ToString(in.IfNoneMatch) == "*" && in.IfMatch == nil {
-		_, err := b.Backend.HeadObject(ctx, &s3.HeadObjectInput{Bucket: in.Bucket, Key: in.Key})
-		var apiErr s3err.APIError
-		if errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound {
+		if _, exists, err := b.current(ctx, in.Bucket, in.Key); err == nil && !exists {
 			in.IfNoneMatch = nil
 		}
 	}
 	return b.Backend.PutObject(ctx, in)
+}
+
+// current returns the ETag of key's current object, if it has one (the
+// caller holds the key's lock).
+func (b *serialBackend) current(ctx context.Context, bucket, key *string) (etag string, exists bool, err error) {
+	cur, err := b.Backend.HeadObject(ctx, &s3.HeadObjectInput{Bucket: bucket, Key: key})
+	var apiErr s3err.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return strings.Trim(aws.ToString(cur.ETag), `"`), true, nil
 }
 
 // CopyObject also honours If-Match and If-None-Match on the destination,
@@ -68,14 +80,11 @@ func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectIn
 func (b *serialBackend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
 	defer b.lock(in.Bucket, in.Key)()
 	if cond, ok := ctx.Value(copyConditionsKey{}).(copyConditions); ok {
-		cur, err := b.Backend.HeadObject(ctx, &s3.HeadObjectInput{Bucket: in.Bucket, Key: in.Key})
-		var apiErr s3err.APIError
-		exists := err == nil
-		if err != nil && !(errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound) {
+		etag, exists, err := b.current(ctx, in.Bucket, in.Key)
+		if err != nil {
 			return s3response.CopyObjectOutput{}, err
 		}
-		if cond.ifNoneMatch == "*" && exists ||
-			cond.ifMatch != "" && (!exists || strings.Trim(aws.ToString(cur.ETag), `"`) != strings.Trim(cond.ifMatch, `"`)) {
+		if cond.ifNoneMatch == "*" && exists || cond.ifMatch != "" && (!exists || etag != strings.Trim(cond.ifMatch, `"`)) {
 			return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrPreconditionFailed)
 		}
 	}
