@@ -23,7 +23,7 @@ type dirHandle struct {
 const dirPage = 1024
 
 func (s *server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	if _, err := s.fs.OpenDir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
 		return status(err)
@@ -57,7 +57,7 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	if d == nil {
 		return fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	off := in.Offset
 	if off == 0 {

@@ -48,7 +48,7 @@ func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 // side opens as it would on a local disk (an open racing a rename may get
 // the replaced file).
 func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	ino := vfs.Ino(in.NodeId)
 	if s.deletedInBucket(ctx, ino) {
@@ -82,7 +82,7 @@ func (s *server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 	if h == nil {
 		return nil, fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	sh, err := h.ReadShared(ctx, buf[:in.Size], int64(in.Offset))
 	if err != nil {
@@ -174,7 +174,7 @@ func (s *server) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lseek
 	if h == nil {
 		return fuse.EBADF
 	}
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	off, err := h.Seek(ctx, int64(in.Offset), int(in.Whence))
 	out.Offset = uint64(off)
@@ -216,9 +216,10 @@ func (s *server) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
 	return s.setLk(cancel, in, true)
 }
 
+// setLk ends a lock wait on any signal, with EINTR, as POSIX says for
+// F_SETLKW and flock (see interrupt.go).
 func (s *server) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.Status {
-	ctx, done := ctxOf(cancel)
-	defer done()
+	ctx := anySignal{Context: context.Background(), done: cancel}
 	l := lockOf(in)
 	if in.LkFlags&fuse.FUSE_LK_FLOCK != 0 {
 		return status(s.fs.Flock(ctx, vfs.Ino(in.NodeId), l.Owner, l.Kind, wait))

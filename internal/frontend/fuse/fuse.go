@@ -138,41 +138,6 @@ func (s *server) InvalidateInode(ino vfs.Ino) {
 
 func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
 
-// ctxOf makes a request's context from the channel go-fuse closes when the
-// kernel interrupts the request. It costs no goroutine: most requests never
-// leave the process, and those that do derive their own contexts.
-// uninterrupted is the context of an operation that changes the file
-// system: once begun it runs to the end, whatever interrupts the kernel
-// sends. Otherwise an interrupted rename, create or write could answer
-// EINTR after its change was made, and the caller could not tell it from
-// one never made. Interrupts are common: the Go runtime signals its
-// threads every few milliseconds to preempt goroutines, and a FUSE request
-// of such a thread is interrupted each time.
-func uninterrupted() (context.Context, context.CancelFunc) {
-	return context.Background(), func() {}
-}
-
-func ctxOf(cancel <-chan struct{}) (context.Context, context.CancelFunc) {
-	return interruptCtx{Context: context.Background(), done: cancel}, func() {}
-}
-
-// interruptCtx is canceled when the kernel interrupts the request.
-type interruptCtx struct {
-	context.Context
-	done <-chan struct{}
-}
-
-func (c interruptCtx) Done() <-chan struct{} { return c.done }
-
-func (c interruptCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-
 func status(err error) fuse.Status {
 	if err == nil {
 		return fuse.OK
@@ -214,7 +179,7 @@ func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
 }
 
 func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, h)
 	defer done()
 	a, err := s.fs.Lookup(ctx, cred(h), vfs.Ino(h.NodeId), name)
 	if errors.Is(err, syscall.ENOENT) {
@@ -233,7 +198,7 @@ func (s *server) Forget(nodeid, nlookup uint64) {
 }
 
 func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId))
 	if err != nil {
@@ -341,20 +306,20 @@ func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 }
 
 func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, h)
 	defer done()
 	t, err := s.fs.Readlink(ctx, vfs.Ino(h.NodeId))
 	return []byte(t), status(err)
 }
 
 func (s *server) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
 	return status(s.fs.Access(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Mask&7))
 }
 
 func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, h)
 	defer done()
 	v, err := s.fs.GetXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr)
 	if err != nil {
@@ -367,7 +332,7 @@ func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string,
 }
 
 func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, h)
 	defer done()
 	names, err := s.fs.ListXattr(ctx, cred(h), vfs.Ino(h.NodeId))
 	if err != nil {
@@ -397,7 +362,7 @@ func (s *server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr stri
 }
 
 func (s *server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	ctx, done := ctxOf(cancel)
+	ctx, done := untilKilled(cancel, h)
 	defer done()
 	st := s.fs.StatFs(ctx)
 	out.Bsize = st.Bsize

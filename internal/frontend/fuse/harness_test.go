@@ -23,6 +23,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(catchingReaderEnv); path != "" {
+		catchingReader(path)
+	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		// FUSE is part of what these tests test; without it they cannot run.
 		os.Stderr.WriteString("fuse tests: /dev/fuse missing\n")
