@@ -147,3 +147,32 @@ func TestAHandleOpenedBeforeAnImportReadsOneWholeVersion(t *testing.T) {
 		t.Fatalf("read %d bytes: %q...%q, neither A nor C", len(got), got[:4], got[len(got)-4:])
 	}
 }
+
+// A create of a name only the bucket knows, in a directory the namespace
+// has not listed, opens the bucket's file rather than hiding it behind a
+// new empty one: vfs.Create asks the bucket first, whatever the front end
+// did before (the FUSE and NFS front ends look the name up first, so only
+// a direct call reaches this path).
+func TestCreateInADirectoryNotListedOpensTheBucketsFile(t *testing.T) {
+	e := openEngineCfg(t, nil)
+	ctx := context.Background()
+	body := []byte("from the bucket")
+	if _, err := e.Bucket.Put(ctx, "d/x", bytes.NewReader(body), int64(len(body)), bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.FS.Lookup(ctx, vfs.Root, meta.RootIno, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, h, err := e.FS.Create(ctx, vfs.Root, d.Ino, "x", 0o644, uint32(os.O_RDWR))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	if a.Size != int64(len(body)) {
+		t.Fatalf("create of d/x gave a file of %d bytes, want the bucket's %d", a.Size, len(body))
+	}
+	if got := mustRead(t, h, 100); !bytes.Equal(got, body) {
+		t.Fatalf("d/x reads %q, want %q", got, body)
+	}
+}

@@ -70,16 +70,16 @@ type Check func(parent, child *Inode) error
 // the name is taken. check, if non-nil, sees the parent and the new inode.
 func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, err := getInode(tx, parent)
+		if err != nil {
+			return err
+		}
 		if check != nil {
-			p, err := getInode(tx, parent)
-			if err != nil {
-				return err
-			}
 			if err := check(&p, &tmpl); err != nil {
 				return err
 			}
 		}
-		in, err = s.create(tx, parent, name, tmpl)
+		in, err = s.createIn(tx, &p, name, tmpl)
 		return err
 	})
 	if err != nil {
@@ -93,6 +93,12 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 	if err != nil {
 		return Inode{}, err
 	}
+	return s.createIn(tx, &p, name, in)
+}
+
+// createIn is create with the parent p already read in tx.
+func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, error) {
+	parent := p.Ino
 	if !p.IsDir() {
 		return Inode{}, syscall.ENOTDIR
 	}
@@ -104,6 +110,7 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 	} else if !errors.Is(err, syscall.ENOENT) {
 		return Inode{}, err
 	}
+	var err error
 	if in.Ino, err = s.allocIno(tx); err != nil {
 		return Inode{}, err
 	}
@@ -120,12 +127,12 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 	if !in.Has(NoExport) {
 		in.Gen = 1
 		in.Flags |= DataDirty
-		if err := enqueue(tx, in.Ino, now.Add(s.exportDelay)); err != nil {
+		if err := enqueueNew(tx, in.Ino, now.Add(s.exportDelay)); err != nil {
 			return Inode{}, err
 		}
 	}
 	p.Mtime, p.Ctime = ns, ns
-	if err := putInode(tx, &p); err != nil {
+	if err := putInode(tx, p); err != nil {
 		return Inode{}, err
 	}
 	if err := putInode(tx, &in); err != nil {

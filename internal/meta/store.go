@@ -283,11 +283,23 @@ func delEntry(tx kv.Txn, parent Ino, name string, child Ino) error {
 
 // enqueue schedules ino for reconciliation at due, replacing an earlier time.
 func enqueue(tx kv.Txn, ino Ino, due time.Time) error {
-	t := due.UnixNano()
 	old, queued, err := queuedAt(tx, ino)
 	if err != nil {
 		return err
 	}
+	return enqueueAt(tx, ino, due, old, queued)
+}
+
+// enqueueNew queues an inode allocated in tx: inode numbers are never
+// used twice, so it has no queue entry to replace.
+func enqueueNew(tx kv.Txn, ino Ino, due time.Time) error {
+	return enqueueAt(tx, ino, due, 0, false)
+}
+
+// enqueueAt is enqueue once the inode's current entry (old, if queued) is
+// known.
+func enqueueAt(tx kv.Txn, ino Ino, due time.Time, old int64, queued bool) error {
+	t := due.UnixNano()
 	if queued {
 		if old == t {
 			return nil
@@ -374,6 +386,11 @@ func (s *Store) NextIno(ctx context.Context) (Ino, error) {
 	return next, err
 }
 
+// allocIno gives out the next inode number. Invariant: no key of the
+// store names a number at or above keyNext, in any state the store can
+// be in (after a crash too): a number is given out and its first keys are
+// written in one transaction, and numbers never go back. So a new inode
+// has nothing to replace (enqueueNew relies on it).
 func (s *Store) allocIno(tx kv.Txn) (Ino, error) {
 	v, err := tx.Get(keyNext)
 	if err != nil {

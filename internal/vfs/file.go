@@ -144,14 +144,33 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 		in, err = fs.meta.Get(ctx, in.Ino)
 		return in, h, err
 	}
-	if flags&syscall.O_EXCL == 0 {
-		// Opening an existing file needs only search permission on the
-		// directory, not write permission.
+	// A directory whose names the namespace knows fully, and where c may
+	// create, goes straight to the create transaction, which finds an
+	// existing name itself (EEXIST, opened below). Otherwise the name is
+	// looked up first: in a directory not listed (or listed before this
+	// start) only the bucket knows whether it exists, and opening an
+	// existing file needs only search permission on the directory, not
+	// write permission.
+	d, err := fs.searchDir(ctx, c, parent, mayExec, false)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	listed := !fs.needsListing(&d)
+	if flags&syscall.O_EXCL == 0 && (!listed || access(c, &d, mayWrite) != nil) {
 		if in, err := fs.Lookup(ctx, c, parent, name); err == nil {
 			return openExisting(in)
 		}
 	}
-	in, err := fs.create(ctx, c, parent, name, meta.Inode{Mode: syscall.S_IFREG | mode&0o7777})
+	tmpl := meta.Inode{Mode: syscall.S_IFREG | mode&0o7777}
+	var in Attr
+	if listed {
+		if err = validName(name); err == nil {
+			fs.counters.metaOps.Add(1)
+			in, err = fs.createListed(ctx, c, parent, name, tmpl)
+		}
+	} else {
+		in, err = fs.create(ctx, c, parent, name, tmpl)
+	}
 	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
 		if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
 			return Attr{}, nil, err

@@ -59,6 +59,12 @@ func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl 
 	if _, err := fs.dir(ctx, c, parent, mayWrite|mayExec); err != nil {
 		return Attr{}, err
 	}
+	return fs.createListed(ctx, c, parent, name, tmpl)
+}
+
+// createListed is create in a directory that needs no listing first; the
+// transaction checks the permissions.
+func (fs *FS) createListed(ctx context.Context, c Cred, parent Ino, name string, tmpl meta.Inode) (Attr, error) {
 	tmpl.Uid, tmpl.Gid = c.Uid, c.Gid
 	in, err := fs.meta.Create(ctx, parent, name, tmpl, mayCreate(c))
 	if err != nil {

@@ -283,3 +283,42 @@ func TestABurstOfPutsDuringTheFirstListingAllArrive(t *testing.T) {
 		return err == nil && len(ents) == 101
 	})
 }
+
+// TestOpenWithOCreatOfAFileOnlyTheBucketKnowsOpensIt: open(O_CREAT) of a
+// name that exists only in the bucket, in a directory never listed and in
+// one listed before a restart, opens the bucket's file; it never makes a
+// new, empty file that hides it.
+func TestOpenWithOCreatOfAFileOnlyTheBucketKnowsOpensIt(t *testing.T) {
+	e := newEnv(t, withPoll(-1))
+	appendTo := func(path, s string) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Never listed: the mount has not looked into d.
+	e.put("d/x", []byte("bucket x;"), nil)
+	appendTo(e.path("d/x"), "mount x")
+	if got := readFile(t, e.path("d/x")); string(got) != "bucket x;mount x" {
+		t.Fatalf("d/x reads %q after an O_CREAT|O_APPEND open, want the bucket's bytes and the append", got)
+	}
+
+	// Listed before a restart, and the bucket gained a name meanwhile.
+	if names := listNames(t, e.path("d")); len(names) != 1 {
+		t.Fatalf("d lists %v", names)
+	}
+	e.stop()
+	e.put("d/y", []byte("bucket y;"), nil)
+	e.start()
+	appendTo(e.path("d/y"), "mount y")
+	if got := readFile(t, e.path("d/y")); string(got) != "bucket y;mount y" {
+		t.Fatalf("d/y reads %q after a restart and an O_CREAT|O_APPEND open, want the bucket's bytes and the append", got)
+	}
+}

@@ -124,3 +124,22 @@ func TestLocksHeldKeepTheirLockStateidAndGoWithClose(t *testing.T) {
 	}
 	b.do(putfh(fh), lockNew(b, sb, "lb", nfsv4.WRITE_LT, 50, 1))
 }
+
+// TestOpenCreateUncheckedOfAFileOnlyTheBucketKnowsOpensIt: OPEN with
+// UNCHECKED4 creation of a name that exists only in the bucket, in a
+// directory never listed, opens the bucket's file (RFC 8881 18.16.3:
+// UNCHECKED4 opens an existing file); it never makes a new, empty file
+// that hides it.
+func TestOpenCreateUncheckedOfAFileOnlyTheBucketKnowsOpensIt(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.put("d/x", []byte("from the bucket"))
+	c := e.dial(1, authSys(0, 0))
+	c.session("creator")
+	d := fhOf(t, c.do(putroot(), lookup("d"), getfh())[2])
+	out := c.do(putfh(d), openArgs(c, 0, "o", "x", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)),
+		readOp(currentSid, 0, 100))
+	if r := readOK(t, out[2]); string(r.Data) != "from the bucket" {
+		t.Fatalf("READ after OPEN(UNCHECKED4) of d/x = %q, want the bucket's bytes", r.Data)
+	}
+	c.do(putfh(d), lookup("x"), closeOp(0, openOK(t, out[1]).Stateid))
+}
