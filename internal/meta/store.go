@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -173,6 +174,45 @@ func queueKey(ino Ino) []byte {
 }
 
 func objectKeyKey(key string) []byte { return append([]byte{pKey}, key...) }
+
+// takeKeys makes ino the only inode recording the object keys of keys,
+// which ino has just written: an inode that recorded one of them before
+// (the index names it) loses that record. Invariant: each object key is
+// recorded by at most one inode, the one whose export wrote it last. An
+// older record names an object that is no longer current; kept, it would
+// make that inode take bucketfs's own later writes and deletes at the key
+// for bucket-side changes (a file moved off a name and back after another
+// file exported there would see a conflict that was not there).
+func takeKeys(tx kv.Txn, ino Ino, keys []Object) error {
+	for _, o := range keys {
+		v, err := tx.Get(objectKeyKey(o.Key))
+		if errors.Is(err, kv.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if len(v) != 8 || Ino(kv.Uint64(v)) == ino {
+			continue
+		}
+		prev, err := getInode(tx, Ino(kv.Uint64(v)))
+		if errors.Is(err, syscall.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n := len(prev.Keys)
+		prev.Keys = slices.DeleteFunc(prev.Keys, func(k Object) bool { return k.Key == o.Key })
+		if len(prev.Keys) == n {
+			continue
+		}
+		if err := putInode(tx, &prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // indexKeys keeps the object-key index in step when ino's Keys change from
 // old to new.

@@ -108,6 +108,9 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		}
 		oldKeys := append([]Object(nil), in.Keys...)
 		fn(&in)
+		if err := takeKeys(tx, in.Ino, in.Keys); err != nil {
+			return err
+		}
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
 		}

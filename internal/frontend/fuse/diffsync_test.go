@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -54,8 +55,17 @@ var (
 	diffIterations = flag.Int("diffsync.iterations", 0, "iterations of TestDifferentialSync (0: skip)")
 )
 
-// diffKeys is the namespace both actors work on.
-var diffKeys = []string{"n0", "n1", "n2", "d/n0", "d/n1", "d/n2"}
+// diffKeys is the namespace both actors work on: regular files and
+// symlinks (a symlink's content is "symlink:" and its target). d exists
+// from the start; e is made and removed by the file side (diffDir), and
+// made by the bucket side when it puts a key under it.
+var diffKeys = []string{"n0", "n1", "n2", "d/n0", "d/n1", "d/n2", "e/n0", "e/n1"}
+
+// diffDir is the directory the file side makes and removes.
+const diffDir = "e"
+
+// symlinkContent is how the model writes a symlink to target.
+func symlinkContent(target string) string { return "symlink:" + target }
 
 // sideState is the last state one side gave a key: a content, or absent.
 // Only set once that side touched the key.
@@ -80,7 +90,10 @@ type diffModel struct {
 	file, bkt   map[string]*sideState
 	fileWrote   map[string]bool // every content the file side wrote
 	bucketWrote map[string]bool
-	log         []string
+	// dirOp is the file side's last successful mkdir or rmdir of diffDir
+	// ("" if none).
+	dirOp string
+	log   []string
 }
 
 func newDiffModel() *diffModel {
@@ -157,29 +170,35 @@ func runDiffSync(t *testing.T, seed uint64) {
 	}
 	// Quiet: no actor runs. Let exports, events and polls settle.
 	var tree, bucket map[string]string
+	var treeDirs, bucketDirs map[string]bool
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e.flush()
-		tree, bucket = e.fileTree(), e.bucketState()
-		if maps.Equal(tree, bucket) && e.eng.Importer.EventStats().Pending == 0 {
+		tree, treeDirs = e.fileTree()
+		bucket, bucketDirs = e.bucketState()
+		if maps.Equal(tree, bucket) && maps.Equal(treeDirs, bucketDirs) && e.eng.Importer.EventStats().Pending == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			m.fail(t, seed, delay, fmt.Sprintf("no convergence:\n  tree   %v\n  bucket %v", tree, bucket))
+			m.fail(t, seed, delay, fmt.Sprintf("no convergence:\n  tree   %v %v\n  bucket %v %v",
+				tree, slices.Sorted(maps.Keys(treeDirs)), bucket, slices.Sorted(maps.Keys(bucketDirs))))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	m.check(t, e, seed, delay, tree)
+	m.check(t, e, seed, delay, tree, treeDirs)
 }
 
-// fileActor changes the namespace through the mount.
+// fileActor changes the namespace through the mount: writes, unlinks,
+// renames, symlinks and hard links (each made under a temporary name and
+// renamed onto the key, as `ln -sf` and editors do), and mkdir and rmdir
+// of diffDir. An operation whose directory is missing is skipped.
 func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 	for i := range steps {
 		key := diffKeys[rng.IntN(len(diffKeys))]
 		p := e.path(key)
 		start := time.Now()
-		switch op := rng.IntN(10); {
-		case op < 5:
+		switch op := rng.IntN(16); {
+		case op < 6:
 			content := fmt.Sprintf("file-%d-%s", i, key)
 			m.mu.Lock()
 			m.fileWrote[content] = true
@@ -190,23 +209,36 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			prev := *m.file[key]
 			m.mu.Unlock()
 			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				if errors.Is(err, os.ErrNotExist) && filepath.Dir(key) == diffDir {
+					continue // diffDir is not there
+				}
 				return fmt.Errorf("write %s: %w", key, err)
 			}
-			m.note(m.file, key, true, content, start, time.Now(), "file write "+key+" "+content)
+			end := time.Now()
+			m.note(m.file, key, true, content, start, end, "file write "+key+" "+content)
+			ino := inoOf(p)
 			m.mu.Lock()
 			// A write to the file the file side itself put there keeps
 			// it a new file.
-			ino := inoOf(p)
 			m.file[key].fresh = fresh || prev.fresh && ino != 0 && ino == prev.ino
 			m.file[key].ino = ino
 			m.mu.Unlock()
-		case op < 7:
+			// The other names of the file show the write too.
+			for _, other := range diffKeys {
+				if other != key && ino != 0 && inoOf(e.path(other)) == ino {
+					m.note(m.file, other, true, content, start, end, "file write (hard link of "+key+") "+other+" "+content)
+					m.mu.Lock()
+					m.file[other].fresh, m.file[other].ino = m.file[key].fresh, ino
+					m.mu.Unlock()
+				}
+			}
+		case op < 8:
 			err := os.Remove(p)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("unlink %s: %w", key, err)
 			}
 			m.note(m.file, key, false, "", start, time.Now(), "file unlink "+key)
-		default:
+		case op < 11:
 			to := diffKeys[rng.IntN(len(diffKeys))]
 			if to == key {
 				continue
@@ -220,16 +252,92 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			}
 			end := time.Now()
 			m.note(m.file, key, false, "", start, end, "file rename "+key+" -> "+to)
-			b, err := os.ReadFile(e.path(to))
-			m.note(m.file, to, true, string(b), start, end, "file rename-target "+to+" "+string(b))
+			m.noteRenamed(e, to, start, end, "file rename-target "+to)
+		case op < 12:
+			target := fmt.Sprintf("t-%d-%s", i, key)
 			m.mu.Lock()
-			m.file[to].fresh, m.file[to].ino = true, inoOf(e.path(to))
-			m.file[to].uncertainRead = err != nil
+			m.fileWrote[symlinkContent(target)] = true
 			m.mu.Unlock()
+			tmp := filepath.Join(filepath.Dir(p), ".tmp-symlink")
+			if err := os.Symlink(target, tmp); errors.Is(err, os.ErrNotExist) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("symlink %s: %w", key, err)
+			}
+			if err := os.Rename(tmp, p); errors.Is(err, os.ErrNotExist) {
+				continue // diffDir went away
+			} else if err != nil {
+				return fmt.Errorf("rename a symlink onto %s: %w", key, err)
+			}
+			m.noteRenamed(e, key, start, time.Now(), "file symlink "+key)
+		case op < 13:
+			to := diffKeys[rng.IntN(len(diffKeys))]
+			if to == key {
+				continue
+			}
+			tmp := filepath.Join(filepath.Dir(e.path(to)), ".tmp-link")
+			if err := os.Link(p, tmp); errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EPERM) {
+				continue // nothing there, a symlink's target missing, or a directory
+			} else if err != nil {
+				return fmt.Errorf("link %s: %w", key, err)
+			}
+			if err := os.Rename(tmp, e.path(to)); errors.Is(err, os.ErrNotExist) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("rename a link of %s onto %s: %w", key, to, err)
+			}
+			m.noteRenamed(e, to, start, time.Now(), "file link "+key+" -> "+to)
+		case op < 14:
+			if err := os.Mkdir(e.path(diffDir), 0o755); errors.Is(err, os.ErrExist) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("mkdir %s: %w", diffDir, err)
+			}
+			m.noteDir(time.Now(), "mkdir")
+		default:
+			if err := syscall.Rmdir(e.path(diffDir)); errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTEMPTY) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("rmdir %s: %w", diffDir, err)
+			}
+			m.noteDir(time.Now(), "rmdir")
 		}
 		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 	}
 	return nil
+}
+
+// noteRenamed records the file the file side just put at key with a
+// rename (of a file, a new symlink or a new link): a new file at the name,
+// whose content is read back.
+func (m *diffModel) noteRenamed(e *env, key string, start, end time.Time, what string) {
+	content, err := e.fileState(e.path(key))
+	m.note(m.file, key, true, content, start, end, what+" "+content)
+	m.mu.Lock()
+	m.file[key].fresh, m.file[key].ino = true, inoOf(e.path(key))
+	m.file[key].uncertainRead = err != nil
+	m.mu.Unlock()
+}
+
+func (m *diffModel) noteDir(at time.Time, op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dirOp = op
+	m.log = append(m.log, fmt.Sprintf("%s file %s %s", at.Format("15:04:05.000000"), op, diffDir))
+}
+
+// fileState reads the content of a regular file or symlink of the mount.
+func (e *env) fileState(path string) (string, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		t, err := os.Readlink(path)
+		return symlinkContent(t), err
+	}
+	b, err := os.ReadFile(path)
+	return string(b), err
 }
 
 // bucketActor changes the namespace through S3, as another tool would.
@@ -276,7 +384,7 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			if from == key {
 				continue
 			}
-			b, version, err := e.readObject(ctx, from, "")
+			b, version, err := e.objectState(ctx, from, "")
 			if err != nil {
 				continue // nothing there now
 			}
@@ -284,7 +392,7 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 				CopySource: aws.String(e.bucket + "/" + from + "?versionId=" + version)}); err != nil {
 				return fmt.Errorf("copy %s to %s: %w", from, key, err)
 			}
-			m.note(m.bkt, key, true, string(b), start, time.Now(), "bucket copy "+from+" -> "+key+" "+string(b))
+			m.note(m.bkt, key, true, b, start, time.Now(), "bucket copy "+from+" -> "+key+" "+b)
 		default:
 			// Restore an older version of the key.
 			vs, err := e.s3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &e.bucket, Prefix: &key})
@@ -301,7 +409,7 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 				continue
 			}
 			v := old[rng.IntN(len(old))]
-			b, _, err := e.readObject(ctx, key, aws.ToString(v.VersionId))
+			b, _, err := e.objectState(ctx, key, aws.ToString(v.VersionId))
 			if err != nil {
 				return err
 			}
@@ -309,18 +417,19 @@ func bucketActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 				CopySource: aws.String(e.bucket + "/" + key + "?versionId=" + aws.ToString(v.VersionId))}); err != nil {
 				return fmt.Errorf("restore %s: %w", key, err)
 			}
-			m.note(m.bkt, key, true, string(b), start, time.Now(), "bucket restore "+key+" "+string(b))
+			m.note(m.bkt, key, true, b, start, time.Now(), "bucket restore "+key+" "+b)
 		}
 		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 	}
 	return nil
 }
 
-// fileTree reads every regular file of the mount (lost+found aside) into a
-// map from its path to its content.
-func (e *env) fileTree() map[string]string {
+// fileTree reads every regular file and symlink of the mount (lost+found
+// aside) into a map from its path to its content, and every directory
+// into dirs.
+func (e *env) fileTree() (files map[string]string, dirs map[string]bool) {
 	e.t.Helper()
-	out := map[string]string{}
+	files, dirs = map[string]string{}, map[string]bool{}
 	lf := e.eng.Meta.LostFoundName()
 	err := filepath.WalkDir(e.mnt, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -330,42 +439,72 @@ func (e *env) fileTree() map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(e.mnt, p)
-		if d.IsDir() && rel == lf {
+		switch {
+		case d.IsDir() && rel == lf:
 			return filepath.SkipDir
-		}
-		if !d.Type().IsRegular() {
+		case d.IsDir():
+			if rel != "." {
+				dirs[rel] = true
+			}
+			return nil
+		case !d.Type().IsRegular() && d.Type()&os.ModeSymlink == 0:
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		content, err := e.fileState(p)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		out[rel] = string(b)
+		files[rel] = content
 		return nil
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return out
+	return files, dirs
 }
 
-// bucketState reads every current object (directory markers aside).
-func (e *env) bucketState() map[string]string {
+// bucketState reads every current object (a symlink's as the model writes
+// it), and the directories they make: every prefix of a key, and every
+// directory marker.
+func (e *env) bucketState() (objects map[string]string, dirs map[string]bool) {
 	e.t.Helper()
-	out := map[string]string{}
+	objects, dirs = map[string]string{}, map[string]bool{}
 	for _, k := range e.currentKeys("") {
+		for d := filepath.Dir(strings.TrimSuffix(k, "/")); d != "."; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
 		if strings.HasSuffix(k, "/") {
+			dirs[strings.TrimSuffix(k, "/")] = true
 			continue
 		}
-		body, _, ok := e.get(k)
-		if ok {
-			out[k] = string(body)
+		content, _, err := e.objectState(context.Background(), k, "")
+		if err == nil {
+			objects[k] = content
 		}
 	}
-	return out
+	return objects, dirs
+}
+
+// objectState reads a version of key ("": the current one) as the model
+// writes contents: a symlink object (its mode says so) as "symlink:" and
+// its body.
+func (e *env) objectState(ctx context.Context, key, version string) (content, versionID string, err error) {
+	o, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.bucket, Key: &key, VersionId: optional(version)})
+	if err != nil {
+		return "", "", err
+	}
+	defer o.Body.Close()
+	b, err := io.ReadAll(o.Body)
+	if err != nil {
+		return "", "", err
+	}
+	if mode, err := strconv.ParseUint(o.Metadata["mode"], 10, 32); err == nil && mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return symlinkContent(string(b)), aws.ToString(o.VersionId), nil
+	}
+	return string(b), aws.ToString(o.VersionId), nil
 }
 
 func (m *diffModel) fail(t *testing.T, seed uint64, delay time.Duration, msg string) {
@@ -376,9 +515,18 @@ func (m *diffModel) fail(t *testing.T, seed uint64, delay time.Duration, msg str
 }
 
 // check tests the rules at a quiet point; tree is the converged state.
-func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration, tree map[string]string) {
+func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration, tree map[string]string, dirs map[string]bool) {
 	t.Helper()
 	var problems []string
+	// diffDir exists if and only if the file side made it last (and did
+	// not remove it after) or the bucket holds a file under it.
+	under := false
+	for k := range tree {
+		under = under || strings.HasPrefix(k, diffDir+"/")
+	}
+	if want := m.dirOp == "mkdir" || under; dirs[diffDir] != want {
+		problems = append(problems, fmt.Sprintf("%s: exists %v; the file side's last mkdir or rmdir of it was %q, and files under it: %v", diffDir, dirs[diffDir], m.dirOp, under))
+	}
 	for _, k := range diffKeys {
 		f, b := m.file[k], m.bkt[k]
 		got, present := tree[k]
@@ -403,12 +551,12 @@ func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration
 	lfDir := e.path(e.eng.Meta.LostFoundName())
 	kept := map[string]bool{}
 	for _, n := range e.lostFound() {
-		b, err := os.ReadFile(filepath.Join(lfDir, n))
+		b, err := e.fileState(filepath.Join(lfDir, n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		kept[string(b)] = true
-		if !m.fileWrote[string(b)] && !m.bucketWrote[string(b)] {
+		kept[b] = true
+		if !m.fileWrote[b] && !m.bucketWrote[b] {
 			problems = append(problems, fmt.Sprintf("lost+found %s holds %q, which nobody wrote", n, b))
 		}
 	}
@@ -470,11 +618,11 @@ func (e *env) allVersionContents() map[string]bool {
 			e.t.Fatal(err)
 		}
 		for _, v := range page.Versions {
-			b, _, err := e.readObject(ctx, aws.ToString(v.Key), aws.ToString(v.VersionId))
+			b, _, err := e.objectState(ctx, aws.ToString(v.Key), aws.ToString(v.VersionId))
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			out[string(b)] = true
+			out[b] = true
 		}
 	}
 	return out

@@ -49,6 +49,7 @@ type server struct {
 	dirs    map[uint64]*dirHandle
 	srv     *fuse.Server
 	attrTTL time.Duration
+	notes   *notifier
 }
 
 // Mount mounts fs at mountpoint and serves it until Unmount. The returned
@@ -74,7 +75,7 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
 	s := &server{RawFileSystem: fuse.NewDefaultRawFileSystem(), fs: fs, opts: opts,
-		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}}
+		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}, notes: newNotifier()}
 	mo := &fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "bucketfs",
@@ -98,7 +99,11 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 	}
 	s.srv = srv
 	fs.AddInvalidator(s)
-	go srv.Serve()
+	go s.notes.run(srv)
+	go func() {
+		srv.Serve()
+		s.notes.close()
+	}()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -128,12 +133,77 @@ func (s *server) String() string { return "bucketfs" }
 
 // InvalidateEntry drops the kernel's cached name (bucket-side change).
 func (s *server) InvalidateEntry(parent vfs.Ino, name string) {
-	s.srv.EntryNotify(uint64(parent), name)
+	s.notes.add(notice{ino: parent, name: name})
 }
 
 // InvalidateInode drops the kernel's cached attributes and pages of ino.
 func (s *server) InvalidateInode(ino vfs.Ino) {
-	s.srv.InodeNotify(uint64(ino), 0, -1)
+	s.notes.add(notice{ino: ino})
+}
+
+// notifier sends the kernel its cache invalidations from a goroutine of
+// its own, in the order they were made. Rule: no invalidation is ever sent
+// from inside a request. The kernel holds a directory's lock across an
+// rmdir, unlink, create or rename in it until we answer, and dropping a
+// name in that directory waits for the same lock; the engine may change
+// the namespace inside such a request (a directory listed before a start
+// is listed again before a remove in it), so a notification sent there
+// would wait for a reply that waits for it, and the mount would hang.
+type notifier struct {
+	mu      sync.Mutex
+	pending []notice
+	wake    chan struct{}
+	closed  bool
+}
+
+type notice struct {
+	ino  vfs.Ino
+	name string // a name in directory ino; "" for ino itself
+}
+
+func newNotifier() *notifier { return &notifier{wake: make(chan struct{}, 1)} }
+
+func (n *notifier) add(x notice) {
+	n.mu.Lock()
+	if !n.closed {
+		n.pending = append(n.pending, x)
+	}
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run sends notifications until close; what is pending then is dropped
+// (the mount is gone, and its caches with it).
+func (n *notifier) run(srv *fuse.Server) {
+	for range n.wake {
+		n.mu.Lock()
+		batch, closed := n.pending, n.closed
+		n.pending = nil
+		n.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, x := range batch {
+			if x.name != "" {
+				srv.EntryNotify(uint64(x.ino), x.name)
+			} else {
+				srv.InodeNotify(uint64(x.ino), 0, -1)
+			}
+		}
+	}
+}
+
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed, n.pending = true, nil
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
 }
 
 func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }

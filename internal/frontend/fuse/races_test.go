@@ -2,12 +2,15 @@ package fuse_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"bucketfs/internal/meta"
@@ -337,5 +340,94 @@ func TestCreatingOverAFileDeletedInTheBucketMakesItAnew(t *testing.T) {
 	e.flush()
 	if body, _, _ := e.get("f"); string(body) != "second" {
 		t.Fatalf("the bucket's f holds %q", body)
+	}
+}
+
+// Found by the crash checker (separate store, seed 831851462): a file
+// moved off a name, another file exported at that name over its object
+// and was then replaced by the first one moving back. The first file's
+// record of its old object was stale (the second had written over it, and
+// deleted its own object when replaced), and its export took bucketfs's
+// own delete for a bucket-side one: a conflict that was not there, the
+// file sent to lost+found and the name gone on both sides. Each object
+// key is recorded by one inode at a time: recording a key takes it from
+// the inode that recorded it before.
+func TestAFileMovedBackOntoItsNameAfterAnotherFileExportedThereIsNoConflict(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	ctx := context.Background()
+	flushPath := func(p string) {
+		t.Helper()
+		if err := e.eng.Exporter.FlushInode(ctx, meta.Ino(statIno(t, e.path(p)))); err != nil {
+			t.Fatalf("export of %s: %v", p, err)
+		}
+	}
+	writeFile(t, e.path("f1"), []byte("A, first version"))
+	a := statIno(t, e.path("f1"))
+	flushPath("f1")
+	if err := os.Rename(e.path("f1"), e.path("t0")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, e.path("t0"), []byte("A, second version"))
+	writeFile(t, e.path("x"), []byte("B"))
+	b := statIno(t, e.path("x"))
+	if err := os.Rename(e.path("x"), e.path("f1")); err != nil {
+		t.Fatal(err)
+	}
+	flushPath("f1") // B's export replaces A's object at f1
+	if got, _, _ := e.get("f1"); string(got) != "B" {
+		t.Fatalf("the bucket's f1 is %q after B's export, want B", got)
+	}
+	if err := os.Rename(e.path("t0"), e.path("f1")); err != nil {
+		t.Fatal(err)
+	}
+	// B, replaced, deletes its object; then A exports at f1.
+	if err := e.eng.Exporter.FlushInode(ctx, meta.Ino(b)); err != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("export of the replaced B: %v", err)
+	}
+	if err := e.eng.Exporter.FlushInode(ctx, meta.Ino(a)); err != nil {
+		t.Fatalf("export of A back at f1: %v", err)
+	}
+	e.flush()
+	if got := readFile(t, e.path("f1")); string(got) != "A, second version" {
+		t.Fatalf("f1 reads %q on the file side, want A's second version", got)
+	}
+	if got, _, ok := e.get("f1"); !ok || string(got) != "A, second version" {
+		t.Fatalf("the bucket's f1 is %q (present %v), want A's second version", got, ok)
+	}
+	if lf := e.lostFound(); len(lf) != 0 {
+		t.Fatalf("lost+found holds %v: a conflict that was not there", lf)
+	}
+	if c := e.eng.Exporter.Stats().Conflicts + e.eng.Importer.Stats().Conflicts; c != 0 {
+		t.Fatalf("%d conflicts counted, want 0", c)
+	}
+}
+
+// Found by the differential sync test: an rmdir of a directory listed
+// before a restart lists it again first, and that listing found a name
+// changed in the bucket. Telling the kernel to drop the name waits for the
+// directory's lock, which the kernel holds until the rmdir is answered:
+// the mount hung. Cache invalidations never wait inside a request.
+func TestRemovingAStaleDirectoryWhoseListingChangesANameDoesNotHang(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	e.put("e/n0", []byte("first"), nil)
+	e.put("e/n1", []byte("gone soon"), nil)
+	if got := listNames(t, e.path("e")); !slices.Equal(got, []string{"n0", "n1"}) {
+		t.Fatalf("e lists %v", got)
+	}
+	if got := readFile(t, e.path("e/n0")); string(got) != "first" {
+		t.Fatalf("e/n0 reads %q", got)
+	}
+	e.stop()
+	e.put("e/n0", []byte("second"), nil)
+	if _, err := e.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &e.bucket, Key: aws.String("e/n1")}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	err := bounded(t, "rmdir of a stale directory", func() error { return syscall.Rmdir(e.path("e")) })
+	if !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rmdir e: %v, want ENOTEMPTY (e/n0 is there)", err)
+	}
+	if got := listNames(t, e.path("e")); !slices.Equal(got, []string{"n0"}) {
+		t.Fatalf("e lists %v after the restart, want [n0]", got)
 	}
 }
