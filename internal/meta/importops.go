@@ -272,6 +272,39 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 	})
 }
 
+// DropImportedDir removes the directory parent/name (still expect) because
+// the bucket holds no current object under its prefix any more, if it is
+// a directory that came from the bucket alone: never changed on the file
+// side (Gen 0), no marker object recorded, nothing queued for export, and
+// empty. Anything else stays (a directory the file side made, or one that
+// holds names), and ENOTEMPTY says so. Rule: a directory exists on the
+// file side only if the file side made it or the bucket holds a current
+// object under it.
+func (s *Store) DropImportedDir(ctx context.Context, parent Ino, name string, expect *Inode) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		p, in, err := expectedChild(tx, parent, name, expect)
+		if err != nil {
+			return err
+		}
+		if !in.IsDir() || in.Has(NoExport) || in.Gen != 0 || len(in.Keys) > 0 || in.Dirty() {
+			return syscall.ENOTEMPTY
+		}
+		if _, queued, err := queuedAt(tx, in.Ino); err != nil {
+			return err
+		} else if queued {
+			return syscall.ENOTEMPTY
+		}
+		if err := s.unlink(tx, &p, name, &in, true); err != nil {
+			return err
+		}
+		in.Flags |= DeletedInBucket
+		if err := putInode(tx, &in); err != nil {
+			return err
+		}
+		return putInode(tx, &p)
+	})
+}
+
 // expectedChild loads directory parent and its child name, which must still
 // be expect (same number and Gen); EAGAIN says it changed meanwhile.
 func expectedChild(tx kv.Txn, parent Ino, name string, expect *Inode) (p, in Inode, err error) {

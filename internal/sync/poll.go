@@ -92,6 +92,45 @@ func (im *Importer) RunPoller(ctx context.Context, interval, activeFor time.Dura
 	}
 }
 
+// mayBeGone reports whether the directory in, whose prefix a listing
+// still shows, may be one to drop: it came from the bucket alone, was
+// listed, and holds nothing. Only then is the bucket asked whether a
+// current object is left under it (stores such as MinIO and versitygw list
+// a prefix that holds only old versions and delete markers); asking for
+// every subdirectory at every poll would cost a request each.
+func (im *Importer) mayBeGone(ctx context.Context, in *meta.Inode) bool {
+	if !droppable(in) || !in.Has(meta.Listed) {
+		return false
+	}
+	ents, err := im.meta.ReadDir(ctx, in.Ino, "", 1)
+	return err == nil && len(ents) == 0
+}
+
+// droppable reports whether a directory came from the bucket alone (see
+// meta.DropImportedDir).
+func droppable(in *meta.Inode) bool {
+	return in.IsDir() && !in.Has(meta.NoExport) && in.Gen == 0 && len(in.Keys) == 0 && !in.Dirty()
+}
+
+// dropImportedDir removes the directory e of dir, which the listing of
+// dir no longer shows (no current object under its prefix), if it came
+// from the bucket alone and is empty (see meta.DropImportedDir).
+func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, e meta.Entry) error {
+	in, err := im.meta.Get(ctx, e.Ino)
+	if err != nil || !droppable(&in) {
+		return nil
+	}
+	err = im.meta.DropImportedDir(ctx, dir, e.Name, &in)
+	switch {
+	case err == nil:
+		im.changed(Change{Parent: dir, Name: e.Name, Ino: e.Ino})
+		return nil
+	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOENT):
+		return nil
+	}
+	return err
+}
+
 // PollDir lists one directory's prefix and revalidates every key whose
 // object differs from what the namespace recorded: new, changed or gone.
 func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
@@ -143,7 +182,7 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 				continue
 			}
 			in, err := im.meta.Lookup(ctx, dir, name)
-			if err == nil && in.IsDir() {
+			if err == nil && in.IsDir() && !im.mayBeGone(ctx, &in) {
 				seen[name] = true
 				continue
 			}
@@ -176,7 +215,13 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 			return err
 		}
 		for _, e := range ents {
-			if seen[e.Name] || e.Type == syscall.S_IFDIR {
+			if seen[e.Name] {
+				continue
+			}
+			if e.Type == syscall.S_IFDIR {
+				if err := im.dropImportedDir(ctx, dir, e); err != nil {
+					return err
+				}
 				continue
 			}
 			in, err := im.meta.Get(ctx, e.Ino)

@@ -208,7 +208,15 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			m.mu.Lock()
 			prev := *m.file[key]
 			m.mu.Unlock()
-			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			// O_NOFOLLOW: a write through a symlink at the key would
+			// change its target, another name.
+			if err := writeNoFollow(p, content); errors.Is(err, syscall.ELOOP) {
+				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("unlink the symlink %s: %w", key, err)
+				}
+				m.note(m.file, key, false, "", start, time.Now(), "file unlink (a symlink, to write) "+key)
+				continue
+			} else if err != nil {
 				if errors.Is(err, os.ErrNotExist) && filepath.Dir(key) == diffDir {
 					continue // diffDir is not there
 				}
@@ -305,6 +313,17 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 	}
 	return nil
+}
+
+// writeNoFollow replaces the content of the file at path (made if
+// missing), refusing a symlink there with ELOOP.
+func writeNoFollow(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	return errors.Join(err, f.Close())
 }
 
 // noteRenamed records the file the file side just put at key with a

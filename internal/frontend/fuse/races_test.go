@@ -431,3 +431,38 @@ func TestRemovingAStaleDirectoryWhoseListingChangesANameDoesNotHang(t *testing.T
 		t.Fatalf("e lists %v after the restart, want [n0]", got)
 	}
 }
+
+// Issue 10's rule for directories: one exists on the file side only if the
+// file side made it or the bucket holds a current object under it. A
+// directory that came from a prefix goes when the bucket's last object
+// under it does; one the file side made stays, empty or not. (Found by
+// the differential sync test: an imported directory stayed, empty, after
+// the bucket deleted its last object.)
+func TestADirectoryTheBucketEmptiedGoesAndOneTheFileSideMadeStays(t *testing.T) {
+	e := newEnv(t, withPoll(50*time.Millisecond), withRevalidateTTL(-1))
+	e.put("imported/x", []byte("x"), nil)
+	e.put("imported/sub/y", []byte("y"), nil)
+	if got := e.userNames(""); !slices.Equal(got, []string{"imported"}) {
+		t.Fatalf("root lists %v", got)
+	}
+	if got := listNames(t, e.path("imported")); !slices.Equal(got, []string{"sub", "x"}) {
+		t.Fatalf("imported lists %v", got)
+	}
+	if got := listNames(t, e.path("imported/sub")); !slices.Equal(got, []string{"y"}) {
+		t.Fatalf("imported/sub lists %v", got)
+	}
+	mkdir(t, e.path("made"))
+	e.flush()
+	for _, k := range []string{"imported/x", "imported/sub/y"} {
+		if _, err := e.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &e.bucket, Key: aws.String(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the emptied directory to go", func() bool {
+		return slices.Equal(e.userNames(""), []string{"made"})
+	})
+	e.flush()
+	if got := e.currentKeys(""); !slices.Equal(got, []string{"made/"}) {
+		t.Fatalf("the bucket holds %v, want [made/]", got)
+	}
+}
