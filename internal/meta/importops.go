@@ -90,6 +90,11 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 		if err != nil {
 			return err
 		}
+		if p.Nlink == 0 {
+			// Removed since the caller resolved it: a child added now
+			// would have no path. Resolve again.
+			return fmt.Errorf("directory %d removed meanwhile: %w", parent, syscall.EAGAIN)
+		}
 		for _, d := range missing {
 			ino, err := getEntry(tx, p.Ino, d)
 			if err == nil {

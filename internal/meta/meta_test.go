@@ -469,3 +469,54 @@ func TestANameChangeAlwaysMovesTheQueueToken(t *testing.T) {
 		}
 	}
 }
+
+// An import resolves its parent directory before its transaction; a
+// directory removed in between (an rmdir, or the import that drops an
+// emptied directory) must not gain the child: a name inside a directory
+// that has no name of its own has no path, and its export would fail for
+// ever. The import answers EAGAIN and the caller resolves the key again.
+// (Found by the differential sync test: "path of 4: no such file or
+// directory", retried every 64 s.)
+func TestAnImportIntoADirectoryRemovedMeanwhileIsRefused(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	d, err := s.Create(ctx, RootIno, "d", Inode{Mode: syscall.S_IFDIR | 0o755}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, RootIno, "d", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	it := Imported{Name: "x", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "d/x", ETag: "e", VersionID: "v", Size: 1}}
+	_, err = s.ImportObject(ctx, d.Ino, nil, "x", nil, it)
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("import into a removed directory: %v, want EAGAIN", err)
+	}
+	if _, err := s.Lookup(ctx, d.Ino, "x"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("the removed directory holds x after the import: %v", err)
+	}
+}
+
+// A rename into a directory removed meanwhile fails with ENOENT, as on a
+// local disk: the file would otherwise have no path, be out of reach and
+// never exported.
+func TestARenameIntoARemovedDirectoryFails(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	d, err := s.Create(ctx, RootIno, "d", Inode{Mode: syscall.S_IFDIR | 0o755}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, RootIno, "x", Inode{Mode: syscall.S_IFREG | 0o644}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, RootIno, "d", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rename(ctx, RootIno, "x", d.Ino, "x", 0, nil); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("rename into a removed directory: %v, want ENOENT", err)
+	}
+	if _, err := s.Lookup(ctx, RootIno, "x"); err != nil {
+		t.Fatalf("x is gone from the root after the refused rename: %v", err)
+	}
+}

@@ -39,6 +39,9 @@ func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newPa
 		if !np.IsDir() {
 			return syscall.ENOTDIR
 		}
+		if np.Nlink == 0 {
+			return syscall.ENOENT // removed: what moved in would have no path
+		}
 		srcIno, err := getEntry(tx, oldParent, oldName)
 		if err != nil {
 			return err

@@ -210,6 +210,9 @@ func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last
 		if p.Has(Listed) {
 			return nil // another listing finished first
 		}
+		if p.Nlink == 0 {
+			return nil // removed while it was listed: its children have no path
+		}
 		for _, it := range items {
 			if _, err := getEntry(tx, dir, it.Name); err == nil {
 				continue
