@@ -67,9 +67,15 @@ func originOf(md map[string]string, key string) (inode string, gen uint64, ok bo
 // ourInode returns the inode of this file system that wrote the object at
 // key, from its origin tag.
 func (im *Importer) ourInode(md map[string]string, key string) (meta.Ino, bool) {
+	return ourInode(im.meta.Fsid(), md, key)
+}
+
+// ourInode returns the inode of file system fsid that wrote the object at
+// key, from its origin tag.
+func ourInode(fsid string, md map[string]string, key string) (meta.Ino, bool) {
 	who, _, ok := originOf(md, key)
-	fsid, num, found := strings.Cut(who, "/")
-	if !ok || !found || fsid != im.meta.Fsid() {
+	id, num, found := strings.Cut(who, "/")
+	if !ok || !found || id != fsid {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(num, 10, 64)

@@ -561,6 +561,18 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 	return nil
 }
 
+// orphan reports whether the object at key (its metadata md) is an
+// upload of an inode of this file system that an export intent still
+// names: written, and not recorded, before a crash.
+func (e *Exporter) orphan(ctx context.Context, md map[string]string, key string) bool {
+	ino, ok := ourInode(e.meta.Fsid(), md, key)
+	if !ok {
+		return false
+	}
+	pending, err := e.meta.HasIntent(ctx, ino, key)
+	return err == nil && pending
+}
+
 // conflictError says the bucket changed key since the file side last saw
 // it; the importer resolves it (the bucket wins).
 type conflictError struct {
@@ -717,11 +729,14 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 				// unlinked or renamed away and not yet exported): this
 				// export replaces that object, and that inode's reconcile
 				// leaves it alone.
-			case ours && !owned:
-				// Written by an inode of this file system that no longer
-				// records it (its name moved on and a crash, or a later
-				// change, came before its delete): file-side history, not
-				// a bucket-side change. This export replaces it.
+			case ours && !owned && e.orphan(ctx, cur.Metadata, key):
+				// Written by an inode of this file system whose export
+				// a crash cut short before it was recorded (its intent
+				// is still there): file-side history, not a bucket-side
+				// change. This export replaces it. An object of ours
+				// that no inode records and no intent names was put
+				// there in the bucket (a restore of an older version, or
+				// a copy, carries our tag): a bucket-side write.
 			default:
 				return info, err
 			}

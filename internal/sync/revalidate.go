@@ -195,13 +195,12 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	if exists && known.Key == "" {
 		// The file side holds this name but never exported this inode
 		// under it (a rename onto it, or a new name, not exported yet),
-		// clean or not. An object of ours there is what an earlier holder
-		// of the name exported: the exporter replaces it. Anything else was
-		// made in the bucket while the file side made the name: both sides
-		// changed it, and the bucket wins.
-		if _, ours := im.ourInode(head.Metadata, key); ours {
-			return nil
-		}
+		// clean or not. An object an earlier holder of the name exported
+		// is its record (owned, above) or its unfinished export (an
+		// intent, above); the exporter replaces those. Anything else was
+		// made in the bucket while the file side made the name, an object
+		// with our tag too (a restore of an older version, or a copy,
+		// carries it): both sides changed it, and the bucket wins.
 		return im.conflict(ctx, key, res, head, exists)
 	}
 	if child.Dirty() {

@@ -466,3 +466,50 @@ func TestADirectoryTheBucketEmptiedGoesAndOneTheFileSideMadeStays(t *testing.T) 
 		t.Fatalf("the bucket holds %v, want [made/]", got)
 	}
 }
+
+// Issue 10, item 6, on the path the differential sync test found: a
+// restore in the bucket of an older version bucketfs wrote (a copy of
+// key?versionId=OLD, which carries bucketfs's origin tag), landing after
+// the file side replaced the file with a new one. No inode records the
+// key then, and the exporter took the restored object for an orphan of
+// its own and wrote over it: the bucket's write was lost without a
+// conflict. An object of ours that no inode records and no export intent
+// names is a bucket-side write.
+func TestARestoreOfAnOwnVersionOverAReplacedFileWinsAsABucketWrite(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	ctx := context.Background()
+	writeFile(t, e.path("f"), []byte("X one"))
+	x := statIno(t, e.path("f"))
+	e.flush()
+	_, _, _ = e.get("f")
+	old, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &e.bucket, Key: aws.String("f")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, e.path("f"), []byte("X two"))
+	e.flush()
+	// The file side replaces f with a new file.
+	writeFile(t, e.path("tmp"), []byte("Y"))
+	if err := os.Rename(e.path("tmp"), e.path("f")); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket side restores X's first version.
+	if _, err := e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &e.bucket, Key: aws.String("f"),
+		CopySource: aws.String(e.bucket + "/f?versionId=" + aws.ToString(old.VersionId))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Exporter.FlushInode(ctx, meta.Ino(x)); err != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Logf("export of the replaced X: %v", err)
+	}
+	e.eng.Exporter.FlushInode(ctx, meta.Ino(statIno(t, e.path("f"))))
+	eventually(t, "the restore to show on the file side", func() bool {
+		return readsAs(e.path("f"), []byte("X one"))
+	})
+	if got, _, _ := e.get("f"); string(got) != "X one" {
+		t.Fatalf("the bucket's f is %q, want the restored %q", got, "X one")
+	}
+	lf := e.lostFound()
+	if len(lf) != 1 || !readsAs(filepath.Join(e.path(e.eng.Meta.LostFoundName()), lf[0]), []byte("Y")) {
+		t.Fatalf("lost+found holds %v, want Y's file", lf)
+	}
+}
