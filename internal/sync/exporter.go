@@ -430,7 +430,9 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 		}
 		for _, k := range want {
 			if k == src.Key {
-				if len(keep) == 0 {
+				// The name copied from is still wanted: its record stays
+				// (it is in keep already if this reconcile uploaded it).
+				if !slices.ContainsFunc(keep, func(o meta.Object) bool { return o.Key == k }) {
 					keep = append(keep, src)
 				}
 				continue

@@ -513,3 +513,42 @@ func TestARestoreOfAnOwnVersionOverAReplacedFileWinsAsABucketWrite(t *testing.T)
 		t.Fatalf("lost+found holds %v, want Y's file", lf)
 	}
 }
+
+// Found by the file-side-only differential sync test: a hard link whose
+// new name comes before the exported one in the export order (names in the
+// root before names in subdirectories) was copied from the exported name,
+// and the record of the exported name was dropped. The next look at that
+// name took the file's own object for a bucket-side change: a conflict,
+// with only the file side writing.
+func TestANewHardLinkKeepsTheRecordOfTheNameItWasCopiedFrom(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	mkdir(t, e.path("d"))
+	writeFile(t, e.path("d/x"), []byte("one"))
+	e.flush()
+	if err := os.Link(e.path("d/x"), e.path("y")); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	in, err := e.eng.Meta.Get(context.Background(), meta.Ino(statIno(t, e.path("y"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, k := range in.Keys {
+		keys = append(keys, k.Key)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"d/x", "y"}) {
+		t.Fatalf("the linked file records the objects %v, want [d/x y]", keys)
+	}
+	writeFile(t, e.path("y"), []byte("two"))
+	e.flush()
+	for _, k := range []string{"d/x", "y"} {
+		if got, _, _ := e.get(k); string(got) != "two" {
+			t.Fatalf("the bucket's %s is %q, want two", k, got)
+		}
+	}
+	if c := e.eng.Exporter.Stats().Conflicts + e.eng.Importer.Stats().Conflicts; c != 0 {
+		t.Fatalf("%d conflicts counted, want 0", c)
+	}
+}
