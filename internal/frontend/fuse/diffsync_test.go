@@ -291,12 +291,16 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			if to == key {
 				continue
 			}
+			same := inoOf(p) != 0 && inoOf(p) == inoOf(e.path(to))
 			err := os.Rename(p, e.path(to))
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("rename %s %s: %w", key, to, err)
+			}
+			if same && inoOf(p) != 0 {
+				continue // two names of one file: rename(2) does nothing
 			}
 			end := time.Now()
 			m.note(m.file, key, false, "", start, end, "file rename "+key+" -> "+to)
