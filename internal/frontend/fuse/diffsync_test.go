@@ -338,6 +338,14 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			} else if err != nil {
 				return fmt.Errorf("rename a link of %s onto %s: %w", key, to, err)
 			}
+			if inoOf(tmp) != 0 {
+				// to was a name of the same file already: the rename did
+				// nothing, and the temporary name goes again.
+				if err := os.Remove(tmp); err != nil {
+					return fmt.Errorf("unlink %s: %w", tmp, err)
+				}
+				continue
+			}
 			m.noteRenamed(e, to, start, time.Now(), "file link "+key+" -> "+to)
 		case op < 14:
 			if err := os.Mkdir(e.path(diffDir), 0o755); errors.Is(err, os.ErrExist) {
