@@ -24,10 +24,16 @@ import (
 )
 
 // The randomised differential sync test (issue 10): a file-side actor
-// working through the mount and a bucket-side actor working through S3
-// change a small namespace at once, with a short export delay, events and
-// polling; at each quiet point the rules of two-way sync are checked on
-// the result:
+// working through the mount (writes, unlinks, renames, symlinks, hard
+// links, mkdir and rmdir) and a bucket-side actor working through S3
+// (puts, deletes, copies, restores of older versions) change a small
+// namespace at once, with a short export delay, events and polling; at
+// each quiet point the rules of two-way sync are checked on the result:
+//
+//   - directories: the tree's directories are the bucket's (markers and
+//     prefixes of current objects), and the one the file side makes and
+//     removes exists if and only if the file side made it last or the
+//     bucket holds a file under it;
 //
 //   - convergence: the tree equals the bucket's current objects (lost+found
 //     aside);
@@ -46,7 +52,9 @@ import (
 //
 // Each content is a token naming its writer and step, so where bytes came
 // from is never in doubt. Seeds are printed; replay one with
-// -diffsync.seed=N -diffsync.iterations=1.
+// -diffsync.seed=N -diffsync.iterations=1 (the operations replay; their
+// timing against the other actor and the engine does not). A variant runs
+// the file side alone and checks that no conflict is ever counted.
 
 var (
 	diffSeed       = flag.Uint64("diffsync.seed", 0, "seed of the first iteration of TestDifferentialSync (default: from the clock, or the fixed set's)")
