@@ -139,6 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := dropUnnamedUploads(dataDir); err != nil {
 		return nil, fmt.Errorf("s3local: start: remove multipart uploads a crash left half made: %w", err)
 	}
+
 	creds, err := loadOrCreateCredentials(filepath.Join(dir, credentialsFile))
 	if err != nil {
 		return nil, err
@@ -147,12 +148,32 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if !running.CompareAndSwap(false, true) {
 		return nil, ErrAlreadyRunning
 	}
+	if err := markRunning(dir, dataDir); err != nil {
+		running.Store(false)
+		return nil, err
+	}
 	s, err := start(ctx, cfg, dir, creds)
 	if err != nil {
 		running.Store(false)
 		return nil, err
 	}
 	return s, nil
+}
+
+// markRunning writes runningMark in dir, first removing what puts cut
+// short left in dataDir if the mark is there already: the last run did not
+// close.
+func markRunning(dir, dataDir string) error {
+	mark := filepath.Join(dir, runningMark)
+	if _, err := os.Stat(mark); err == nil {
+		if err := dropTempNames(dataDir); err != nil {
+			return fmt.Errorf("s3local: start: remove the temporary names of puts a crash cut short: %w", err)
+		}
+	}
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		return fmt.Errorf("s3local: start: %w", err)
+	}
+	return nil
 }
 
 // start does the work of Start once the process-wide guard is held.
@@ -319,6 +340,9 @@ func (s *Server) Close() error {
 		s.backend.Shutdown()
 		if err := os.Chdir(s.prevWD); err != nil {
 			errs = append(errs, fmt.Errorf("s3local: close: restore working directory %s: %w", s.prevWD, err))
+		}
+		if err := os.Remove(filepath.Join(s.Dir, runningMark)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("s3local: close: %w", err))
 		}
 		running.Store(false)
 		s.closeErr = errors.Join(errs...)

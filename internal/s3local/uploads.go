@@ -3,8 +3,10 @@ package s3local
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,4 +64,36 @@ func dropUnnamedUploads(dataDir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// versitygw's posix backend puts an object over an existing one by linking
+// the new data to a temporary name beside it, .NAME.sgwtmp.NANOS, and
+// renaming that onto the key. A crash of this process between the two
+// leaves the temporary name, which listings show as an object no client
+// ever put. runningMark, a file in the store's directory from start to a
+// clean close, tells a start that follows a crash, which removes such names
+// before the store serves (only then: it walks every bucket).
+const runningMark = "running"
+
+var tempName = regexp.MustCompile(`^\..+\.sgwtmp\.[0-9]+$`)
+
+// dropTempNames removes the temporary names of interrupted puts in every
+// bucket under dataDir.
+func dropTempNames(dataDir string) error {
+	var errs []error
+	err := filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			return nil
+		case d.IsDir() && d.Name() == ".sgwtmp":
+			return filepath.SkipDir // the backend's own work area
+		case d.Type().IsRegular() && tempName.MatchString(d.Name()):
+			if err := os.Remove(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
 }
