@@ -142,36 +142,71 @@ func (s *server) InvalidateInode(ino vfs.Ino) {
 }
 
 // notifier sends the kernel its cache invalidations from a goroutine of
-// its own, in the order they were made. Rule: no invalidation is ever sent
-// from inside a request. The kernel holds a directory's lock across an
-// rmdir, unlink, create or rename in it until we answer, and dropping a
-// name in that directory waits for the same lock; the engine may change
-// the namespace inside such a request (a directory listed before a start
-// is listed again before a remove in it), so a notification sent there
-// would wait for a reply that waits for it, and the mount would hang.
+// its own, in the order they were made, and the caller waits until its
+// notification is sent, as if it had sent it itself, but never longer
+// than notifyWait. Rule: no invalidation may hang a request. The kernel
+// holds a directory's lock across an rmdir, unlink, create or rename in it
+// until we answer, and dropping a name in that directory waits for the
+// same lock; the engine may change the namespace inside such a request (a
+// directory listed before a start is listed again before a remove in it),
+// so a notification sent there would wait for a reply that waits for it.
+// The wait keeps the window in which the kernel still shows what an import
+// replaced as short as a notification sent in place would, so that a
+// reader that opens the file next does not read the new bytes with the old
+// size.
 type notifier struct {
 	mu      sync.Mutex
+	cond    *sync.Cond
 	pending []notice
 	wake    chan struct{}
 	closed  bool
+	queued  uint64    // notices added so far
+	sent    uint64    // notices sent (or dropped) so far
+	sending time.Time // when the send in progress began (zero: none)
 }
+
+// notifyWait bounds how long a caller waits for its notification.
+const notifyWait = 50 * time.Millisecond
 
 type notice struct {
 	ino  vfs.Ino
 	name string // a name in directory ino; "" for ino itself
 }
 
-func newNotifier() *notifier { return &notifier{wake: make(chan struct{}, 1)} }
+func newNotifier() *notifier {
+	n := &notifier{wake: make(chan struct{}, 1)}
+	n.cond = sync.NewCond(&n.mu)
+	return n
+}
 
 func (n *notifier) add(x notice) {
 	n.mu.Lock()
-	if !n.closed {
-		n.pending = append(n.pending, x)
+	if n.closed {
+		n.mu.Unlock()
+		return
 	}
+	n.queued++
+	seq := n.queued
+	n.pending = append(n.pending, x)
 	n.mu.Unlock()
 	select {
 	case n.wake <- struct{}{}:
 	default:
+	}
+	deadline := time.Now().Add(notifyWait)
+	t := time.AfterFunc(notifyWait, func() {
+		n.mu.Lock()
+		n.cond.Broadcast()
+		n.mu.Unlock()
+	})
+	defer t.Stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for n.sent < seq && !n.closed && time.Now().Before(deadline) {
+		if !n.sending.IsZero() && time.Since(n.sending) >= notifyWait {
+			return // stuck behind a lock the kernel holds: do not wait
+		}
+		n.cond.Wait()
 	}
 }
 
@@ -187,11 +222,19 @@ func (n *notifier) run(srv *fuse.Server) {
 			return
 		}
 		for _, x := range batch {
+			n.mu.Lock()
+			n.sending = time.Now()
+			n.mu.Unlock()
 			if x.name != "" {
 				srv.EntryNotify(uint64(x.ino), x.name)
 			} else {
 				srv.InodeNotify(uint64(x.ino), 0, -1)
 			}
+			n.mu.Lock()
+			n.sending = time.Time{}
+			n.sent++
+			n.cond.Broadcast()
+			n.mu.Unlock()
 		}
 	}
 }
@@ -199,6 +242,8 @@ func (n *notifier) run(srv *fuse.Server) {
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed, n.pending = true, nil
+	n.sent = n.queued
+	n.cond.Broadcast()
 	n.mu.Unlock()
 	select {
 	case n.wake <- struct{}{}:
