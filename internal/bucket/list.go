@@ -201,6 +201,24 @@ func sortVersions(vs []Version) {
 // noncurrent versions and delete markers; a listing without a delimiter
 // shows current objects only, so one key of it settles whether the prefix
 // is a directory the bucket really has.
+// KeysUnder returns the keys of up to max current objects under dirPrefix,
+// at any depth, and whether there are more.
+func (c *Client) KeysUnder(ctx context.Context, dirPrefix string, max int) (keys []string, more bool, err error) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.ListObjectsV2(op.ctx, &s3.ListObjectsV2Input{
+		Bucket: &c.bucket, Prefix: c.key(dirPrefix), MaxKeys: aws.Int32(int32(min(max, 1000))), EncodingType: types.EncodingTypeUrl,
+	})
+	if err != nil {
+		return nil, false, c.fail(op, "list", dirPrefix, err)
+	}
+	dec := keyDecoder(out.EncodingType)
+	for _, o := range out.Contents {
+		keys = append(keys, c.rel(dec(o.Key)))
+	}
+	return keys, aws.ToBool(out.IsTruncated), nil
+}
+
 func (c *Client) HasCurrentUnder(ctx context.Context, dirPrefix string) (bool, error) {
 	op := c.startOp(ctx)
 	defer op.done()

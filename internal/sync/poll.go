@@ -92,6 +92,25 @@ func (im *Importer) RunPoller(ctx context.Context, interval, activeFor time.Dura
 	}
 }
 
+// removalPending reports whether every current object under prefix (a
+// name the file side does not have) is one the file side records for an
+// inode whose name has moved on or gone: removals and moves the exporter
+// has not carried out yet. Such a prefix is no directory: importing it
+// would bring back names the file side removed. A prefix with more
+// objects than one look reads is taken as it is.
+func (im *Importer) removalPending(ctx context.Context, prefix string) (bool, error) {
+	keys, more, err := im.bucket.KeysUnder(ctx, prefix, 100)
+	if err != nil || more || len(keys) == 0 {
+		return false, err
+	}
+	for _, k := range keys {
+		if _, owned, err := im.meta.KeyOwner(ctx, k); err != nil || !owned {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // mayBeGone reports whether the directory in, whose prefix a listing
 // still shows, may be one to drop: it came from the bucket alone, was
 // listed, and holds nothing. Only then is the bucket asked whether a
@@ -192,6 +211,13 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 				return fmt.Errorf("poll %q: %w", p, err)
 			} else if !real {
 				continue
+			}
+			if errors.Is(err, syscall.ENOENT) {
+				if pending, err := im.removalPending(ctx, p); err != nil {
+					return fmt.Errorf("poll %q: %w", p, err)
+				} else if pending {
+					continue
+				}
 			}
 			seen[name] = true
 			if errors.Is(err, syscall.ENOENT) {

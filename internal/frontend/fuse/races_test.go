@@ -552,3 +552,42 @@ func TestANewHardLinkKeepsTheRecordOfTheNameItWasCopiedFrom(t *testing.T) {
 		t.Fatalf("%d conflicts counted, want 0", c)
 	}
 }
+
+// Found by the file-side-only differential sync test: a file moved out of
+// a directory, and the directory removed, before either was carried out in
+// the bucket; a poll of the parent in between saw the prefix (the file's
+// object was still there) and imported the directory and the file again,
+// which then kept the file's object from being deleted: a name removed on
+// the file side came back, with old bytes. A prefix whose current objects
+// are all the file side's records of names it no longer has stands for
+// removals the exporter has not carried out, and is no directory.
+func TestAPollBeforeAMoveAndRmdirAreExportedBringsNothingBack(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	mkdir(t, e.path("e"))
+	mkdir(t, e.path("d"))
+	writeFile(t, e.path("e/n0"), []byte("old"))
+	e.flush()
+	writeFile(t, e.path("e/n0"), []byte("new"))
+	if err := os.Rename(e.path("e/n0"), e.path("d/n0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Rmdir(e.path("e")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Importer.PollDir(context.Background(), meta.RootIno); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.userNames(""); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("after a poll the root lists %v, want [d]", got)
+	}
+	e.flush()
+	if got := e.userNames(""); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("after the export the root lists %v, want [d]", got)
+	}
+	if got := e.currentKeys(""); !slices.Equal(got, []string{"d/", "d/n0"}) {
+		t.Fatalf("the bucket holds %v, want [d/ d/n0]", got)
+	}
+	if got, _, _ := e.get("d/n0"); string(got) != "new" {
+		t.Fatalf("the bucket's d/n0 is %q, want new", got)
+	}
+}
