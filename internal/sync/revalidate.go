@@ -37,6 +37,15 @@ func (im *Importer) Revalidate(ctx context.Context, key string) error {
 	return nil
 }
 
+// keyRecorder returns the inode that records the object key (0: none).
+func (im *Importer) keyRecorder(ctx context.Context, key string) (meta.Ino, error) {
+	o, ok, err := im.meta.KeyOwner(ctx, key)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return o.Ino, nil
+}
+
 // errAbsent says the bucket has no object at the key and the file side
 // has no name for it: nothing to do, unless an event said it was just
 // created (some stores notify before the object can be read).
@@ -119,6 +128,12 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 			return err
 		}
 	}
+	// The record of the key as read now, to tell later whether an export
+	// recorded the key meanwhile.
+	recorder, err := im.keyRecorder(ctx, key)
+	if err != nil {
+		return err
+	}
 	head, err := im.bucket.Head(ctx, key, "")
 	exists := err == nil
 	if err != nil && !errors.Is(err, bucket.ErrNotFound) {
@@ -134,6 +149,19 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 				return err
 			} else if pending {
 				return nil
+			}
+			// No intent: either none was made (a copy or restore in the
+			// bucket), or the export that made it recorded the key and
+			// dropped it since the record was read above. The writing
+			// inode is not locked here, so look at the record again: an
+			// export recorded meanwhile makes this look stale. (Found by
+			// the crash checker, embedded store, seed 815491625: our own
+			// upload was imported as a new file, which then kept the
+			// uploading inode from deleting it after a rename.)
+			if now, err := im.keyRecorder(ctx, key); err != nil {
+				return err
+			} else if now != recorder {
+				return syscall.EAGAIN
 			}
 		}
 	}
