@@ -201,8 +201,14 @@ func sortVersions(vs []Version) {
 // noncurrent versions and delete markers; a listing without a delimiter
 // shows current objects only, so one key of it settles whether the prefix
 // is a directory the bucket really has.
+func (c *Client) HasCurrentUnder(ctx context.Context, dirPrefix string) (bool, error) {
+	keys, _, err := c.KeysUnder(ctx, dirPrefix, 1)
+	return len(keys) > 0, err
+}
+
 // KeysUnder returns the keys of up to max current objects under dirPrefix,
-// at any depth, and whether there are more.
+// at any depth (a listing without a delimiter, see HasCurrentUnder), and
+// whether there are more.
 func (c *Client) KeysUnder(ctx context.Context, dirPrefix string, max int) (keys []string, more bool, err error) {
 	op := c.startOp(ctx)
 	defer op.done()
@@ -217,16 +223,4 @@ func (c *Client) KeysUnder(ctx context.Context, dirPrefix string, max int) (keys
 		keys = append(keys, c.rel(dec(o.Key)))
 	}
 	return keys, aws.ToBool(out.IsTruncated), nil
-}
-
-func (c *Client) HasCurrentUnder(ctx context.Context, dirPrefix string) (bool, error) {
-	op := c.startOp(ctx)
-	defer op.done()
-	out, err := c.s3.ListObjectsV2(op.ctx, &s3.ListObjectsV2Input{
-		Bucket: &c.bucket, Prefix: c.key(dirPrefix), MaxKeys: aws.Int32(1), EncodingType: types.EncodingTypeUrl,
-	})
-	if err != nil {
-		return false, c.fail(op, "list", dirPrefix, err)
-	}
-	return len(out.Contents) > 0, nil
 }

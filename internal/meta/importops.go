@@ -277,6 +277,13 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 	})
 }
 
+// FromBucketOnly reports whether in is a directory that came from the
+// bucket alone: never changed on the file side (Gen 0), no marker object
+// recorded, nothing to export, not lost+found.
+func (in *Inode) FromBucketOnly() bool {
+	return in.IsDir() && !in.Has(NoExport) && in.Gen == 0 && len(in.Keys) == 0 && !in.Dirty()
+}
+
 // DropImportedDir removes the directory parent/name (still expect) because
 // the bucket holds no current object under its prefix any more, if it is
 // a directory that came from the bucket alone: never changed on the file
@@ -291,7 +298,7 @@ func (s *Store) DropImportedDir(ctx context.Context, parent Ino, name string, ex
 		if err != nil {
 			return err
 		}
-		if !in.IsDir() || in.Has(NoExport) || in.Gen != 0 || len(in.Keys) > 0 || in.Dirty() {
+		if !in.FromBucketOnly() {
 			return syscall.ENOTEMPTY
 		}
 		if _, queued, err := queuedAt(tx, in.Ino); err != nil {

@@ -92,17 +92,12 @@ func (im *Importer) RunPoller(ctx context.Context, interval, activeFor time.Dura
 	}
 }
 
-// removalPending reports whether every current object under prefix (a
-// name the file side does not have) is one the file side records for an
-// inode whose name has moved on or gone: removals and moves the exporter
-// has not carried out yet. Such a prefix is no directory: importing it
-// would bring back names the file side removed. A prefix with more
-// objects than one look reads is taken as it is.
-func (im *Importer) removalPending(ctx context.Context, prefix string) (bool, error) {
-	keys, more, err := im.bucket.KeysUnder(ctx, prefix, 100)
-	if err != nil || more || len(keys) == 0 {
-		return false, err
-	}
+// allRecorded reports whether every key of keys, the current objects
+// under a prefix the file side has no name for, is one the file side
+// records for an inode whose name has moved on or gone: removals and moves
+// the exporter has not carried out yet. Such a prefix is no directory:
+// importing it would bring back names the file side removed.
+func (im *Importer) allRecorded(ctx context.Context, keys []string) (bool, error) {
 	for _, k := range keys {
 		if _, owned, err := im.meta.KeyOwner(ctx, k); err != nil || !owned {
 			return false, err
@@ -118,17 +113,11 @@ func (im *Importer) removalPending(ctx context.Context, prefix string) (bool, er
 // a prefix that holds only old versions and delete markers); asking for
 // every subdirectory at every poll would cost a request each.
 func (im *Importer) mayBeGone(ctx context.Context, in *meta.Inode) bool {
-	if !droppable(in) || !in.Has(meta.Listed) {
+	if !in.FromBucketOnly() || !in.Has(meta.Listed) {
 		return false
 	}
 	ents, err := im.meta.ReadDir(ctx, in.Ino, "", 1)
 	return err == nil && len(ents) == 0
-}
-
-// droppable reports whether a directory came from the bucket alone (see
-// meta.DropImportedDir).
-func droppable(in *meta.Inode) bool {
-	return in.IsDir() && !in.Has(meta.NoExport) && in.Gen == 0 && len(in.Keys) == 0 && !in.Dirty()
 }
 
 // dropImportedDir removes the directory e of dir, which the listing of
@@ -136,7 +125,7 @@ func droppable(in *meta.Inode) bool {
 // from the bucket alone and is empty (see meta.DropImportedDir).
 func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, e meta.Entry) error {
 	in, err := im.meta.Get(ctx, e.Ino)
-	if err != nil || !droppable(&in) {
+	if err != nil || !in.FromBucketOnly() {
 		return nil
 	}
 	err = im.meta.DropImportedDir(ctx, dir, e.Name, &in)
@@ -206,14 +195,17 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 				continue
 			}
 			// A prefix with only deleted objects under it is no directory,
-			// and does not stand for a name the file side has.
-			if real, err := im.bucket.HasCurrentUnder(ctx, p); err != nil {
-				return fmt.Errorf("poll %q: %w", p, err)
-			} else if !real {
+			// and does not stand for a name the file side has; nor is one
+			// whose objects are removals not carried out yet.
+			keys, more, kerr := im.bucket.KeysUnder(ctx, p, 100)
+			if kerr != nil {
+				return fmt.Errorf("poll %q: %w", p, kerr)
+			}
+			if len(keys) == 0 {
 				continue
 			}
-			if errors.Is(err, syscall.ENOENT) {
-				if pending, err := im.removalPending(ctx, p); err != nil {
+			if errors.Is(err, syscall.ENOENT) && !more {
+				if pending, err := im.allRecorded(ctx, keys); err != nil {
 					return fmt.Errorf("poll %q: %w", p, err)
 				} else if pending {
 					continue
