@@ -94,6 +94,7 @@ type Server struct {
 
 	api     *s3api.S3ApiServer
 	backend *posix.Posix
+	listing *awsListing // the backend as the API serves it
 	served  chan error // receives ServeMultiPort's result once it returns
 	prevWD  string     // working directory before Start, restored by Close
 
@@ -276,7 +277,8 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		Role:   auth.RoleAdmin,
 	})
 	root := middlewares.RootUserConfig{Access: s.AccessKey, Secret: s.SecretKey}
-	api, err := s3api.New(newSerialBackend(s.backend), root, cfg.Region, iam, nil, nil, events, nil, opts...)
+	s.listing = &awsListing{Backend: newSerialBackend(s.backend)}
+	api, err := s3api.New(s.listing, root, cfg.Region, iam, nil, nil, events, nil, opts...)
 	if err != nil {
 		return fmt.Errorf("s3local: start: create S3 API server: %w", err)
 	}

@@ -520,3 +520,56 @@ func TestTemporaryNamesACrashLeftAreGoneAfterARestart(t *testing.T) {
 		t.Fatalf("after a restart the bucket lists %v, want [d/y x]", keys)
 	}
 }
+
+// A bucket chosen with ListLikeAWS lists a prefix only while a current
+// object is under it (deep or not); the store's other buckets go on
+// listing as versitygw does, also a prefix that holds only delete markers.
+func TestListLikeAWSHidesPrefixesWithoutACurrentObject(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	if err := s.CreateBucket(ctx, "aws", true); err != nil {
+		t.Fatal(err)
+	}
+	s.ListLikeAWS("aws")
+	prefixes := func(bucket string) (v1, v2 []string) {
+		t.Helper()
+		out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &bucket, Delimiter: aws.String("/")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range out.CommonPrefixes {
+			v2 = append(v2, aws.ToString(p.Prefix))
+		}
+		if got := int(aws.ToInt32(out.KeyCount)); got != len(out.Contents)+len(out.CommonPrefixes) {
+			t.Errorf("%s: KeyCount %d, listed %d", bucket, got, len(out.Contents)+len(out.CommonPrefixes))
+		}
+		old, err := c.ListObjects(ctx, &s3.ListObjectsInput{Bucket: &bucket, Delimiter: aws.String("/")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range old.CommonPrefixes {
+			v1 = append(v1, aws.ToString(p.Prefix))
+		}
+		return v1, v2
+	}
+	for _, bucket := range []string{s.Bucket, "aws"} {
+		for _, key := range []string{"gone/x", "deep/a/b/x", "kept/x", "kept/y"} {
+			if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(key)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, key := range []string{"gone/x", "kept/x"} {
+			if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	v1, v2 := prefixes("aws")
+	if want := []string{"deep/", "kept/"}; !slices.Equal(v1, want) || !slices.Equal(v2, want) {
+		t.Errorf("listing like AWS: prefixes %q (v1) and %q (v2), want %q", v1, v2, want)
+	}
+	if _, v2 := prefixes(s.Bucket); !slices.Contains(v2, "gone/") {
+		t.Errorf("the default bucket lists %q: versitygw's own listing (a prefix of delete markers too) is gone", v2)
+	}
+}

@@ -91,6 +91,17 @@ func NewBucket(t testing.TB) (srv *s3local.Server, bucket string) {
 	return newBucket(t, true)
 }
 
+// NewAWSListingBucket is NewBucket for a bucket that lists like AWS S3: a
+// prefix only while a current object is under it (the store's other
+// buckets also list a prefix that holds only old versions and delete
+// markers, as versitygw and MinIO do).
+func NewAWSListingBucket(t testing.TB) (srv *s3local.Server, bucket string) {
+	t.Helper()
+	srv, bucket = newBucket(t, true)
+	srv.ListLikeAWS(bucket)
+	return srv, bucket
+}
+
 // NewUnversionedBucket is NewBucket without versioning, for tests of how
 // code copes with a bucket that was never versioned.
 func NewUnversionedBucket(t testing.TB) (srv *s3local.Server, bucket string) {

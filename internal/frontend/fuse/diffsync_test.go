@@ -135,7 +135,19 @@ func (m *diffModel) note(side map[string]*sideState, key string, present bool, c
 }
 
 func TestDifferentialSync(t *testing.T) {
-	diffIterate(t, "TestDifferentialSync", func(t *testing.T, seed uint64) { runDiffSync(t, seed, true) })
+	diffIterate(t, "TestDifferentialSync", func(t *testing.T, seed uint64) { runDiffSync(t, seed, true, false) })
+}
+
+// TestDifferentialSyncAWSListing is TestDifferentialSync on a bucket that
+// lists like AWS S3: a prefix only while a current object is under it
+// (the embedded store otherwise lists, as MinIO does, also prefixes that
+// hold only old versions and delete markers). Issue 10 asks for a run on a
+// store that lists like AWS; gofakes3 v1.2.0 does, but its versioning
+// cannot carry this test: a copy ignores the versionId of its source and
+// answers with the source's version id, and deleting a key's current
+// version leaves the key with none (the next HEAD panics in its server).
+func TestDifferentialSyncAWSListing(t *testing.T) {
+	diffIterate(t, "TestDifferentialSyncAWSListing", func(t *testing.T, seed uint64) { runDiffSync(t, seed, true, true) })
 }
 
 // TestDifferentialSyncFileSideOnly is issue 10's item 2: with only the file
@@ -144,7 +156,7 @@ func TestDifferentialSync(t *testing.T) {
 // must recognise every object in the bucket as its own: not one conflict,
 // nothing in lost+found, and the bucket ends as the file tree.
 func TestDifferentialSyncFileSideOnly(t *testing.T) {
-	diffIterate(t, "TestDifferentialSyncFileSideOnly", func(t *testing.T, seed uint64) { runDiffSync(t, seed, false) })
+	diffIterate(t, "TestDifferentialSyncFileSideOnly", func(t *testing.T, seed uint64) { runDiffSync(t, seed, false, false) })
 }
 
 // diffIterate runs fn for the iterations and seeds the flags ask for (by
@@ -172,12 +184,18 @@ func diffIterate(t *testing.T, name string, fn func(t *testing.T, seed uint64)) 
 }
 
 // runDiffSync runs one iteration: both actors at once, or the file side
-// alone (with more steps).
-func runDiffSync(t *testing.T, seed uint64, bucketSide bool) {
+// alone (with more steps); on a bucket that lists like AWS S3 or like the
+// embedded store.
+func runDiffSync(t *testing.T, seed uint64, bucketSide, awsListing bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	delays := []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
 	delay := delays[rng.IntN(len(delays))]
-	e := newEnv(t, withExportDelay(delay), withPoll(100*time.Millisecond), withRevalidateTTL(time.Millisecond))
+	opts := []option{withExportDelay(delay), withPoll(100 * time.Millisecond), withRevalidateTTL(time.Millisecond)}
+	newEnvFor := newEnv
+	if awsListing {
+		newEnvFor = newAWSListingEnv
+	}
+	e := newEnvFor(t, opts...)
 	forwardEvents(e)
 	mkdir(t, e.path("d"))
 	m := newDiffModel()

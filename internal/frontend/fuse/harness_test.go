@@ -74,6 +74,19 @@ func withOpTimeout(d time.Duration) option { return func(c *engine.Config) { c.O
 func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
+	return newEnvOn(t, srv, name, opts...)
+}
+
+// newAWSListingEnv is newEnv on a bucket that lists like AWS S3 (a prefix
+// only while a current object is under it).
+func newAWSListingEnv(t testing.TB, opts ...option) *env {
+	t.Helper()
+	srv, name := s3test.NewAWSListingBucket(t)
+	return newEnvOn(t, srv, name, opts...)
+}
+
+func newEnvOn(t testing.TB, srv *s3local.Server, name string, opts ...option) *env {
+	t.Helper()
 	e := &env{t: t, srv: srv, bucket: name, stateDir: t.TempDir(), mnt: t.TempDir()}
 	e.cfg = engine.Config{StateDir: e.stateDir, Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
