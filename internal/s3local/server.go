@@ -95,8 +95,8 @@ type Server struct {
 	api     *s3api.S3ApiServer
 	backend *posix.Posix
 	listing *awsListing // the backend as the API serves it
-	served  chan error // receives ServeMultiPort's result once it returns
-	prevWD  string     // working directory before Start, restored by Close
+	served  chan error  // receives ServeMultiPort's result once it returns
+	prevWD  string      // working directory before Start, restored by Close
 
 	// adminHTTP carries the server's own administrative calls (client).
 	// Close drops its idle connections before shutting the API down:
