@@ -43,19 +43,46 @@ func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
 	return keylock.LockAll(&b.locks, names)
 }
 
-// PutObject also makes If-None-Match: * mean what S3 says: no current
-// object. The posix backend refuses it while a delete marker is the key's
-// latest version (the marker's file is there), and a client could then
-// only write without the condition and overwrite a write racing it. Under
-// the key's lock the look and the write are one step.
+// PutObject evaluates If-Match and If-None-Match: * itself (see
+// preconditions), under the key's lock, so the look and the write are one
+// step.
 func (b *serialBackend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
 	defer b.lock(in.Bucket, in.Key)()
-	if aws.ToString(in.IfNoneMatch) == "*" && in.IfMatch == nil {
-		if _, exists, err := b.current(ctx, in.Bucket, in.Key); err == nil && !exists {
-			in.IfNoneMatch = nil
-		}
+	var err error
+	if in.IfMatch, in.IfNoneMatch, err = b.preconditions(ctx, in.Bucket, in.Key, in.IfMatch, in.IfNoneMatch); err != nil {
+		return s3response.PutObjectOutput{}, err
 	}
 	return b.Backend.PutObject(ctx, in)
+}
+
+// preconditions evaluates a write's If-Match and If-None-Match: * against
+// key's current object as S3 does, where a delete marker is no current
+// object: If-Match then fails with NoSuchKey, and If-None-Match: *
+// succeeds. The posix backend compares whatever file stands at the key,
+// a delete marker's too, which keeps the ETag of the object it hid: an
+// If-Match of that ETag overwrote the delete (an export conditional on the
+// object the file side last saw undid a delete made in the bucket since),
+// and If-None-Match: * failed. The conditions it evaluated are returned
+// as nil, for the backend not to judge them again; the caller holds the
+// key's lock.
+func (b *serialBackend) preconditions(ctx context.Context, bucket, key, ifMatch, ifNoneMatch *string) (*string, *string, error) {
+	anyObject := aws.ToString(ifNoneMatch) == "*"
+	if ifMatch == nil && !anyObject {
+		return ifMatch, ifNoneMatch, nil
+	}
+	etag, exists, err := b.current(ctx, bucket, key)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case ifMatch != nil && !exists:
+		return nil, nil, s3err.GetAPIError(s3err.ErrNoSuchKey)
+	case ifMatch != nil && etag != strings.Trim(*ifMatch, `"`), anyObject && exists:
+		return nil, nil, s3err.GetAPIError(s3err.ErrPreconditionFailed)
+	}
+	if anyObject {
+		ifNoneMatch = nil
+	}
+	return nil, ifNoneMatch, nil
 }
 
 // current returns the ETag of key's current object, if it has one (the
@@ -126,7 +153,13 @@ func (b *serialBackend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsI
 	return b.Backend.DeleteObjects(ctx, in)
 }
 
+// CompleteMultipartUpload evaluates If-Match and If-None-Match: * as
+// PutObject does.
 func (b *serialBackend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput) (s3response.CompleteMultipartUploadResult, string, error) {
 	defer b.lock(in.Bucket, in.Key)()
+	var err error
+	if in.IfMatch, in.IfNoneMatch, err = b.preconditions(ctx, in.Bucket, in.Key, in.IfMatch, in.IfNoneMatch); err != nil {
+		return s3response.CompleteMultipartUploadResult{}, "", err
+	}
 	return b.Backend.CompleteMultipartUpload(ctx, in)
 }

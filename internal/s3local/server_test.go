@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 )
 
 // Tests in this package never run in parallel: one store per process.
@@ -571,5 +572,66 @@ func TestListLikeAWSHidesPrefixesWithoutACurrentObject(t *testing.T) {
 	}
 	if _, v2 := prefixes(s.Bucket); !slices.Contains(v2, "gone/") {
 		t.Errorf("the default bucket lists %q: versitygw's own listing (a prefix of delete markers too) is gone", v2)
+	}
+}
+
+// If-Match on a write needs a current object with that ETag, as in S3: a
+// delete marker is none. versitygw's posix backend compared the ETag of
+// whatever file stands at the key, a delete marker's too, so an export
+// conditional on the object the file side last saw overwrote a delete
+// made in the bucket since (found by the differential sync test). Checked
+// for PutObject and for CompleteMultipartUpload.
+func TestIfMatchFailsOverADeleteMarker(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	bucket, key := aws.String(s.Bucket), aws.String("k")
+	out, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: bucket, Key: key, Body: strings.NewReader("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etag := out.ETag
+	put := func() error {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: bucket, Key: key, Body: strings.NewReader("b"), IfMatch: etag})
+		return err
+	}
+	complete := func() error {
+		up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: bucket, Key: key})
+		if err != nil {
+			return err
+		}
+		part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: bucket, Key: key, UploadId: up.UploadId,
+			PartNumber: aws.Int32(1), Body: strings.NewReader("c")})
+		if err != nil {
+			return err
+		}
+		_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: bucket, Key: key, UploadId: up.UploadId,
+			IfMatch: etag, MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}}}})
+		return err
+	}
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: bucket, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	for what, write := range map[string]func() error{"PutObject": put, "CompleteMultipartUpload": complete} {
+		var apiErr smithy.APIError
+		if err := write(); !errors.As(err, &apiErr) || apiErr.ErrorCode() != "NoSuchKey" {
+			t.Errorf("%s If-Match over a delete marker: %v, want NoSuchKey", what, err)
+		}
+	}
+	if _, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: bucket, Key: key}); err == nil {
+		t.Fatal("a conditional write replaced the delete marker")
+	}
+	// The object back, with another ETag: If-Match of the old one fails,
+	// of the new one succeeds.
+	out, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: bucket, Key: key, Body: strings.NewReader("new")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put(); err == nil {
+		t.Error("If-Match of an older ETag succeeded")
+	}
+	etag = out.ETag
+	if err := put(); err != nil {
+		t.Errorf("If-Match of the current ETag: %v", err)
 	}
 }

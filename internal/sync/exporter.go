@@ -696,7 +696,7 @@ func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Ino
 func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt bucket.PutOptions,
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
 	defer e.keys.Lock(key)()
-	_, exportedHere := recordedAt(in, key)
+	_, recordedHere := recordedAt(in, key)
 	info, err := write(opt)
 	for range 3 {
 		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
@@ -704,8 +704,13 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		}
 		cur, herr := e.bucket.Head(ctx, key, "")
 		switch {
-		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "" && exportedHere:
-			return info, err // this inode's object, deleted in the bucket meanwhile: a conflict
+		case errors.Is(herr, bucket.ErrNotFound) && opt.IfMatch != "" && recordedHere:
+			// The object this inode last saw at key (exported or
+			// imported) was deleted in the bucket meanwhile: a conflict,
+			// whether the store refused the write as a failed condition
+			// or as a missing key (S3 answers If-Match on a deleted key
+			// with NoSuchKey).
+			return info, fmt.Errorf("%w: deleted in the bucket: %w", bucket.ErrPrecondition, err)
 		case errors.Is(herr, bucket.ErrNotFound):
 			// Gone since the write was refused: the object this write
 			// was to replace was another inode's of ours (the name's

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -107,8 +108,9 @@ type diffModel struct {
 	bucketWrote map[string]bool
 	// dirOp is the file side's last successful mkdir or rmdir of diffDir
 	// ("" if none).
-	dirOp string
-	log   []string
+	dirOp  string
+	log    []string
+	engine lockedBuffer // the engine's log
 }
 
 func newDiffModel() *diffModel {
@@ -190,7 +192,9 @@ func runDiffSync(t *testing.T, seed uint64, bucketSide, awsListing bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	delays := []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
 	delay := delays[rng.IntN(len(delays))]
-	opts := []option{withExportDelay(delay), withPoll(100 * time.Millisecond), withRevalidateTTL(time.Millisecond)}
+	m := newDiffModel()
+	opts := []option{withExportDelay(delay), withPoll(100 * time.Millisecond), withRevalidateTTL(time.Millisecond),
+		withLogger(m.engineLog())}
 	newEnvFor := newEnv
 	if awsListing {
 		newEnvFor = newAWSListingEnv
@@ -198,7 +202,6 @@ func runDiffSync(t *testing.T, seed uint64, bucketSide, awsListing bool) {
 	e := newEnvFor(t, opts...)
 	forwardEvents(e)
 	mkdir(t, e.path("d"))
-	m := newDiffModel()
 	steps := 12 + rng.IntN(12)
 	if !bucketSide {
 		steps = 30 + rng.IntN(30)
@@ -608,8 +611,15 @@ func (m *diffModel) fail(t *testing.T, seed uint64, delay time.Duration, msg str
 	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t.Fatalf("seed %d, export delay %v: %s\nhistory:\n  %s", seed, delay, msg, strings.Join(m.log, "\n  "))
+	t.Fatalf("seed %d, export delay %v: %s\nhistory:\n  %s\nengine log:\n%s", seed, delay, msg, strings.Join(m.log, "\n  "), m.engine.String())
 }
+
+// engineLog returns a logger that keeps the engine's log (debug level
+// and up) for the failure report of this iteration.
+func (m *diffModel) engineLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(&m.engine, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 
 // check tests the rules at a quiet point; tree is the converged state.
 func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration, tree map[string]string, dirs map[string]bool) {
@@ -674,7 +684,8 @@ func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration
 		}
 	}
 	if len(problems) > 0 {
-		m.fail(t, seed, delay, "\n  "+strings.Join(problems, "\n  "))
+		m.fail(t, seed, delay, "\n  "+strings.Join(problems, "\n  ")+
+			"\nbucket versions, oldest first:\n  "+strings.Join(e.versionHistory(), "\n  "))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,6 +69,8 @@ func (e *env) cached(ino uint64) int64 {
 
 // withOpTimeout bounds each bucket operation.
 func withOpTimeout(d time.Duration) option { return func(c *engine.Config) { c.OpTimeout = d } }
+
+func withLogger(l *slog.Logger) option { return func(c *engine.Config) { c.Logger = l } }
 
 // newEnv mounts a new file system. The export delay defaults to 100ms so
 // that tests see exports quickly.

@@ -205,7 +205,8 @@ func moduleRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-// lockedBuffer collects a child's output while it runs.
+// lockedBuffer collects output from several writers (a child process,
+// an engine's log) while they run.
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
