@@ -620,7 +620,6 @@ func (m *diffModel) engineLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(&m.engine, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-
 // check tests the rules at a quiet point; tree is the converged state.
 func (m *diffModel) check(t *testing.T, e *env, seed uint64, delay time.Duration, tree map[string]string, dirs map[string]bool) {
 	t.Helper()
