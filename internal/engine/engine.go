@@ -190,7 +190,12 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.KV, err = kv.OpenPebble(filepath.Join(cfg.StateDir, "meta"), kv.PebbleOptions{FS: cfg.MetaFS}); err != nil {
 		return nil, err
 	}
-	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay}); err != nil {
+	kept := func(ino meta.Ino, name string) {
+		if e.Importer != nil { // set before the file system serves
+			e.Importer.KeptInLostFound(ino, name)
+		}
+	}
+	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept}); err != nil {
 		return nil, err
 	}
 	// Multipart uploads the last run started and never ended (a crash)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+	"time"
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/tier"
@@ -269,6 +270,9 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 		}
 		if in.Nlink == 0 {
 			in.Flags |= DeletedInBucket
+			if !in.IsDir() {
+				in.Source = key // names its copy if a handle changes it (keepDeletedInBucket)
+			}
 			if err := putInode(tx, &in); err != nil {
 				return err
 			}
@@ -350,6 +354,46 @@ func dropKey(tx kv.Txn, in *Inode, key string) error {
 	}
 	in.Keys = keys
 	return nil
+}
+
+// LostFoundEntryName is the name in lost+found of the file-side version
+// of key that lost a conflict at t: the key's path and the time in one
+// file name, "a%2Fb%2Fc.txt.20261130T105500.123456789Z". Over-long names
+// keep their end.
+func LostFoundEntryName(key string, t time.Time) string {
+	name := strings.ReplaceAll(strings.ReplaceAll(key, "%", "%25"), "/", "%2F") +
+		"." + t.UTC().Format("20060102T150405.000000000Z")
+	if len(name) > 255 {
+		name = name[len(name)-255:]
+	}
+	return name
+}
+
+// keepDeletedInBucket links in, a file whose last name an import removed
+// (the bucket deleted its object) and which the file side now changes
+// through a handle it still holds, into lost+found. Both sides changed the
+// file: the bucket's delete keeps the name away, and the file side's
+// version is kept as a conflict's loser is, instead of vanishing with the
+// unlinked inode at the last close. The caller writes in (and queues it:
+// under lost+found it wants no object) and reports the conflict.
+func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name string, err error) {
+	lf, err := getInode(tx, s.lostFound)
+	if err != nil {
+		return "", err
+	}
+	name = LostFoundEntryName(in.Source, now)
+	if _, err := getEntry(tx, lf.Ino, name); err == nil {
+		name = LostFoundEntryName(fmt.Sprintf("%s.%d", in.Source, in.Ino), now)
+	}
+	in.Nlink = 1
+	in.Flags &^= DeletedInBucket
+	in.Source = ""
+	in.Ctime = now.UnixNano()
+	lf.Mtime, lf.Ctime = in.Ctime, in.Ctime
+	if err := putInode(tx, &lf); err != nil {
+		return "", err
+	}
+	return name, putEntry(tx, lf.Ino, name, in)
 }
 
 // MoveToLostFound moves the inode at parent/name (still expect) into the

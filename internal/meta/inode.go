@@ -76,7 +76,10 @@ type Inode struct {
 	// name as last synced.
 	Keys []Object
 	// Source is, for a directory, the bucket prefix (with a trailing "/",
-	// "" for the root) its children are listed from.
+	// "" for the root) its children are listed from; for a file the bucket
+	// deleted (DeletedInBucket), the key it had, which names its copy in
+	// lost+found should the file side change it through a handle it still
+	// holds.
 	Source string
 }
 

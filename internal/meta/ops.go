@@ -270,6 +270,16 @@ func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error
 
 // markChangedUntil is markChanged with the end of the quiet period given.
 func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) error {
+	if c != NoChange && in.Nlink == 0 && in.Has(DeletedInBucket) {
+		now := s.now()
+		name, err := s.keepDeletedInBucket(tx, in, now)
+		if err != nil {
+			return err
+		}
+		if s.onKept != nil {
+			s.onKept(in.Ino, name)
+		}
+	}
 	switch c {
 	case AttrChange:
 		in.Gen++

@@ -59,6 +59,11 @@ type Options struct {
 	ExportDelay time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OnKeptInLostFound, if set, is told of a file the bucket deleted
+	// while the file side held it open, linked into lost+found as name
+	// because the file side changed it afterwards (a conflict the bucket
+	// won). It is called inside the change's transaction.
+	OnKeptInLostFound func(ino Ino, name string)
 }
 
 // Store is the namespace of one file system. It is safe for concurrent use.
@@ -68,13 +73,14 @@ type Store struct {
 	lostFound   Ino
 	exportDelay time.Duration
 	now         func() time.Time
+	onKept      func(ino Ino, name string)
 }
 
 // Open loads the namespace from db, creating a new file system (root
 // directory owned by root with mode 0700, and the lost+found directory) when
 // db is empty.
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
-	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now}
+	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -267,7 +267,7 @@ func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *me
 // moves to lost+found, and the bucket's version (if any) takes the name.
 func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved, head bucket.ObjectInfo, exists bool) error {
 	child := res.Child
-	lfName := lostFoundName(key, time.Now())
+	lfName := meta.LostFoundEntryName(key, time.Now())
 	if err := im.meta.MoveToLostFound(ctx, res.Parent, res.Name, child, lfName, key); err != nil {
 		return err
 	}
@@ -295,16 +295,15 @@ func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved,
 	return nil
 }
 
-// lostFoundName records a key's path and the time of the conflict in one
-// file name: "a%2Fb%2Fc.txt.20261130T105500.123Z". Over-long names keep
-// their end.
-func lostFoundName(key string, t time.Time) string {
-	name := strings.ReplaceAll(strings.ReplaceAll(key, "%", "%25"), "/", "%2F") +
-		"." + t.UTC().Format("20060102T150405.000000000Z")
-	if len(name) > 255 {
-		name = name[len(name)-255:]
-	}
-	return name
+// KeptInLostFound records a conflict the bucket won while the file side
+// held the file open: the bucket deleted it, the file side then changed it
+// through its handle, and meta linked it into lost+found as name (see
+// meta.Options.OnKeptInLostFound).
+func (im *Importer) KeptInLostFound(ino meta.Ino, name string) {
+	im.conflicts.Add(1)
+	im.log.Warn("conflict: the bucket deleted a file that the file side then changed through an open handle; the bucket wins, the file-side version is kept in lost+found",
+		"file_side_ino", ino, "lost_found_name", name)
+	im.changed(Change{Parent: im.meta.LostFound(), Name: name, Ino: ino})
 }
 
 // waitListing waits for a listing of dir that is under way and reports

@@ -406,3 +406,58 @@ func TestAnExportAfterADeleteInTheBucketLetsTheDeleteWin(t *testing.T) {
 		t.Fatalf("lost+found holds %q", got)
 	}
 }
+
+// TestAWriteThroughAHandleToAFileTheBucketDeletedIsKept: a file is open
+// on the file side when the bucket deletes it; the import removes the
+// name, and the process then writes through the handle it holds. Both
+// sides changed the file: the bucket's delete keeps the name away, and
+// the file side's version must be kept in lost+found, as any conflict's
+// loser is, not vanish with the unlinked inode at the close. (Found by
+// the differential sync test: an open, then the delete's import, then
+// the O_TRUNC and the write.)
+func TestAWriteThroughAHandleToAFileTheBucketDeletedIsKept(t *testing.T) {
+	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("k", []byte("bucket"), nil)
+	if !readsAs(e.path("k"), []byte("bucket")) {
+		t.Fatal("unreadable")
+	}
+	f, err := os.OpenFile(e.path("k"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := e.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &e.bucket, Key: aws.String("k")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the bucket's delete to remove the name", func() bool {
+		_, err := os.Lstat(e.path("k"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := f.WriteAt([]byte("file side"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lf := e.lostFound()
+	if len(lf) != 1 {
+		t.Fatalf("lost+found holds %v, want the file side's version", lf)
+	}
+	if got := readFile(t, e.path(e.eng.Meta.LostFoundName()+"/"+lf[0])); string(got) != "file side" {
+		t.Fatalf("lost+found's copy reads %q", got)
+	}
+	if !strings.HasPrefix(lf[0], "k.") {
+		t.Errorf("lost+found names the copy %q; it should start with the key", lf[0])
+	}
+	if n := e.eng.Importer.Stats().Conflicts; n != 1 {
+		t.Errorf("%d conflicts counted, want 1", n)
+	}
+	e.flush()
+	if _, _, ok := e.get("k"); ok {
+		t.Fatal("the delete made in the bucket was undone")
+	}
+	if _, err := os.Lstat(e.path("k")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("k is back on the file side: %v", err)
+	}
+}
