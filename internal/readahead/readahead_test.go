@@ -200,8 +200,12 @@ func TestSequentialReadReturnsExactBytesAndFetchesEachByteOnce(t *testing.T) {
 }
 
 func TestSequentialReadKeepsSeveralFetchesInFlight(t *testing.T) {
-	const size = 64 << 20
-	src := newSource(size, 5*time.Millisecond)
+	// Each GET takes 40 ms, far longer than the reader needs to consume a
+	// chunk even on a loaded machine, so the window fills whenever the
+	// read-ahead asks early enough. (With 5 ms GETs a busy CI machine's
+	// reader fell behind the fetches and saw only 3 in flight.)
+	const size = 24 << 20
+	src := newSource(size, 40*time.Millisecond)
 	opt := Options{ChunkSize: 1 << 20, Window: 8, InitialChunk: 256 << 10}
 	r := newReader(t, src, opt)
 
