@@ -279,19 +279,20 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 			m.mu.Lock()
 			prev := *m.file[key]
 			m.mu.Unlock()
-			// The file's other names now: the write (its O_TRUNC first)
-			// reaches those that still share it when it lands.
+			// The file's names now: the write (its O_TRUNC first) reaches
+			// those that still name it when it lands.
 			var sharing []string
 			if ino := inoOf(p); ino != 0 {
-				for _, other := range diffKeys {
-					if other != key && inoOf(e.path(other)) == ino {
-						sharing = append(sharing, other)
+				for _, k := range diffKeys {
+					if inoOf(e.path(k)) == ino {
+						sharing = append(sharing, k)
 					}
 				}
 			}
 			// O_NOFOLLOW: a write through a symlink at the key would
 			// change its target, another name.
-			if err := writeNoFollow(p, content); errors.Is(err, syscall.ELOOP) {
+			ino, err := writeNoFollow(p, content)
+			if errors.Is(err, syscall.ELOOP) {
 				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("unlink the symlink %s: %w", key, err)
 				}
@@ -304,31 +305,31 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 				return fmt.Errorf("write %s: %w", key, err)
 			}
 			end := time.Now()
-			m.note(m.file, key, true, content, start, end, "file write "+key+" "+content)
-			ino := inoOf(p)
-			m.mu.Lock()
-			// A write to the file the file side itself put there keeps
-			// it a new file.
-			m.file[key].fresh = fresh || prev.fresh && ino != 0 && ino == prev.ino
-			m.file[key].ino = ino
-			m.mu.Unlock()
-			// The other names of the file show the write too.
-			for _, other := range diffKeys {
-				if other != key && ino != 0 && inoOf(e.path(other)) == ino {
-					m.note(m.file, other, true, content, start, end, "file write (hard link of "+key+") "+other+" "+content)
+			// Every name of the file written (the descriptor's inode)
+			// shows the write; a write to the file the file side itself
+			// put there keeps it a new file.
+			isNew := fresh || prev.fresh && ino == prev.ino
+			for _, k := range diffKeys {
+				switch {
+				case inoOf(e.path(k)) == ino:
+					what := "file write " + k + " " + content
+					if k != key {
+						what = "file write (hard link of " + key + ") " + k + " " + content
+					}
+					m.note(m.file, k, true, content, start, end, what)
 					m.mu.Lock()
-					m.file[other].fresh, m.file[other].ino = m.file[key].fresh, ino
+					m.file[k].fresh, m.file[k].ino = isNew, ino
 					m.mu.Unlock()
-				} else if slices.Contains(sharing, other) {
+				case k == key || slices.Contains(sharing, k):
 					// A name the file had when the write began and lost
-					// during it (an import of a bucket-side change): its
-					// last file-side state is the file's at that moment,
-					// before, within or after the write, and a conflict
-					// keeps that one in lost+found. Which one, the test
-					// cannot tell.
+					// during it (an import of a bucket-side change took
+					// it): its last file-side state is the file's at that
+					// moment, before, within or after the write, and a
+					// conflict keeps that one in lost+found. Which one,
+					// the test cannot tell.
 					m.mu.Lock()
-					m.file[other].uncertainRead = true
-					m.log = append(m.log, fmt.Sprintf("%s file write %s: %s left the file during it", end.Format("15:04:05.000000"), key, other))
+					m.file[k].uncertainRead = true
+					m.log = append(m.log, fmt.Sprintf("%s file write %s: %s left the file during it", end.Format("15:04:05.000000"), key, k))
 					m.mu.Unlock()
 				}
 			}
@@ -420,14 +421,19 @@ func fileActor(e *env, m *diffModel, rng *rand.Rand, steps int) error {
 }
 
 // writeNoFollow replaces the content of the file at path (made if
-// missing), refusing a symlink there with ELOOP.
-func writeNoFollow(path, content string) error {
+// missing), refusing a symlink there with ELOOP, and returns the inode it
+// wrote: the one the name had when it was opened.
+func writeNoFollow(path, content string) (ino uint64, err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, err = f.WriteString(content)
-	return errors.Join(err, f.Close())
+	var st syscall.Stat_t
+	if serr := syscall.Fstat(int(f.Fd()), &st); err == nil {
+		err = serr
+	}
+	return st.Ino, errors.Join(err, f.Close())
 }
 
 // noteRenamed records the file the file side just put at key with a
