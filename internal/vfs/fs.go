@@ -165,6 +165,11 @@ func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr
 	case "..":
 		return fs.parentOf(ctx, p)
 	}
+	if len(name) > maxNameLen {
+		// No such name can exist: say so as a local file system does
+		// (the kernel passes FUSE names up to 1024 bytes).
+		return Attr{}, syscall.ENAMETOOLONG
+	}
 	in, err := fs.meta.Lookup(ctx, parent, name)
 	if err == nil || fs.lister == nil || !errors.Is(err, syscall.ENOENT) || !fs.needsListing(&p) {
 		return in, err

@@ -8,12 +8,15 @@ import (
 	"bucketfs/internal/meta"
 )
 
+// maxNameLen is the longest name, in bytes (NAME_MAX).
+const maxNameLen = 255
+
 // validName rejects names no POSIX file system accepts.
 func validName(name string) error {
 	switch {
 	case name == "" || name == "." || name == "..":
 		return syscall.EINVAL
-	case len(name) > 255:
+	case len(name) > maxNameLen:
 		return syscall.ENAMETOOLONG
 	case strings.ContainsAny(name, "/\x00"):
 		return syscall.EINVAL

@@ -1241,3 +1241,43 @@ func TestNewEntriesInASetGroupIDDirectoryInheritItsGroup(t *testing.T) {
 		t.Fatalf("directory in a set-group-id directory: gid %d mode %o, want 5678 with S_ISGID", st.Gid, st.Mode)
 	}
 }
+
+// TestANameLongerThan255BytesIsTooLong: every call that looks up a name of
+// 256 bytes or more answers ENAMETOOLONG, as a local file system does,
+// not ENOENT (issue 11), in a listed directory and in one only the bucket
+// knows; a name of 255 bytes is fine.
+func TestANameLongerThan255BytesIsTooLong(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("n", 256)
+	e.put("unlisted/x", []byte("x"), nil)
+	mkdir(t, e.path("d"))
+	writeFile(t, e.path("d/f"), []byte("x"))
+	for _, dir := range []string{"d", "unlisted"} {
+		p := e.path(dir + "/" + long)
+		calls := map[string]func() error{
+			"stat":        func() error { _, err := os.Lstat(p); return err },
+			"open":        func() error { _, err := os.Open(p); return err },
+			"create":      func() error { return os.WriteFile(p, nil, 0o644) },
+			"chmod":       func() error { return os.Chmod(p, 0o600) },
+			"chown":       func() error { return os.Chown(p, 1, 1) },
+			"truncate":    func() error { return os.Truncate(p, 0) },
+			"unlink":      func() error { return syscall.Unlink(p) },
+			"rmdir":       func() error { return syscall.Rmdir(p) },
+			"mkdir":       func() error { return os.Mkdir(p, 0o755) },
+			"link":        func() error { return os.Link(e.path("d/f"), p) },
+			"rename":      func() error { return os.Rename(e.path("d/f"), p) },
+			"rename from": func() error { return os.Rename(p, e.path("d/g")) },
+			"symlink":     func() error { return os.Symlink("t", p) },
+		}
+		for name, call := range calls {
+			if err := call(); !errors.Is(err, syscall.ENAMETOOLONG) {
+				var errno syscall.Errno
+				errors.As(err, &errno)
+				t.Errorf("%s of a 256-byte name in %s: %v (%v), want ENAMETOOLONG", name, dir, errno, err == nil)
+			}
+		}
+	}
+	if err := os.WriteFile(e.path("d/"+long[:255]), []byte("ok"), 0o644); err != nil {
+		t.Fatalf("a 255-byte name: %v", err)
+	}
+}
