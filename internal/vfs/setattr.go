@@ -17,6 +17,12 @@ const (
 	SetMtime // to Mtime
 	SetAtimeNow
 	SetMtimeNow
+	// DropSetID clears the set-uid bit, and the set-gid bit where group
+	// execute is set: what a write or truncate by someone without
+	// CAP_FSETID does to a file on Linux. The kernel asks for it (FUSE's
+	// HANDLE_KILLPRIV_V2) after checking that the caller may write the
+	// file, so it needs no ownership.
+	DropSetID
 )
 
 // SetAttrIn is a setattr request.
@@ -60,10 +66,21 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 			return fs.meta.Get(ctx, ino)
 		}
 	}
+	if req.Valid&^(SetSize|DropSetID) == 0 {
+		// Only the kernel's kill of privileges is left: most files have
+		// no set-id bits, and then nothing changes.
+		if in, err := fs.meta.Get(ctx, ino); err != nil || in.Mode == withoutSetID(in.Mode) {
+			return in, err
+		}
+	}
 	now := fs.now()
 	return fs.meta.Update(ctx, ino, func(in *meta.Inode) (meta.Change, error) {
 		change := meta.NoChange
 		owner := c.Uid == 0 || c.Uid == in.Uid
+		if req.Valid&DropSetID != 0 && in.Mode != withoutSetID(in.Mode) {
+			in.Mode = withoutSetID(in.Mode)
+			change = meta.AttrChange
+		}
 		if req.Valid&SetMode != 0 {
 			if !owner {
 				return 0, syscall.EPERM
@@ -125,6 +142,28 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 		in.Ctime = now
 		return change, nil
 	})
+}
+
+// withoutSetID is mode after a write or truncate by someone without
+// CAP_FSETID: no set-uid bit, and no set-gid bit where group execute is
+// set (set-gid without it marks mandatory locking and stays). Directories
+// keep theirs.
+func withoutSetID(mode uint32) uint32 {
+	if mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return mode
+	}
+	mode &^= syscall.S_ISUID
+	if mode&0o010 != 0 {
+		mode &^= syscall.S_ISGID
+	}
+	return mode
+}
+
+// DropSetID is SetAttr with DropSetID alone, for a write or an open with
+// O_TRUNC by someone without CAP_FSETID.
+func (fs *FS) DropSetID(ctx context.Context, c Cred, ino Ino) error {
+	_, err := fs.SetAttr(ctx, c, ino, SetAttrIn{Valid: DropSetID})
+	return err
 }
 
 // truncate sets the size of a regular file, its bytes and its record in

@@ -61,6 +61,14 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if err != nil {
 		return status(err)
 	}
+	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
+		// An O_TRUNC by someone without CAP_FSETID, when the kernel
+		// hands the truncate to the open.
+		if err := s.fs.DropSetID(ctx, cred(&in.InHeader), ino); err != nil {
+			h.Release(ctx)
+			return status(err)
+		}
+	}
 	if h.KeepCache() {
 		// The kernel keeps its pages of the file across opens; imports of
 		// new versions invalidate them.
@@ -126,6 +134,11 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	}
 	ctx, done := uninterrupted()
 	defer done()
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		if err := s.fs.DropSetID(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
+			return 0, status(err)
+		}
+	}
 	n, err := h.Write(ctx, data, int64(in.Offset))
 	return uint32(n), status(err)
 }

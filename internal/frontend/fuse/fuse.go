@@ -83,6 +83,12 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
 		EnableLocks:   true,
+		// The kernel leaves the clearing of set-id bits on a write or
+		// truncate by someone without CAP_FSETID to us, flagging those
+		// requests (vfs.DropSetID). Without it the kernel would clear
+		// them with a chmod only the owner may make, and ask for
+		// security.capability before every write.
+		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		// Reads return byte slices; splicing them through a pipe only adds
 		// a copy (and a 1 MiB reply does not fit a default pipe).
 		DisableSplice: true,
@@ -351,6 +357,9 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 		req.Valid |= vfs.SetMtimeNow
 	} else if v&fuse.FATTR_MTIME != 0 {
 		req.Valid |= vfs.SetMtime
+	}
+	if v&fuse.FATTR_KILL_SUIDGID != 0 {
+		req.Valid |= vfs.DropSetID
 	}
 	if v&fuse.FATTR_FH != 0 {
 		req.Handle = s.file(in.Fh)

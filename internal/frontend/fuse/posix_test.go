@@ -1281,3 +1281,64 @@ func TestANameLongerThan255BytesIsTooLong(t *testing.T) {
 		t.Fatalf("a 255-byte name: %v", err)
 	}
 }
+
+// TestAWriteByAnotherUserClearsSetIDBits: someone who may write a set-uid
+// or set-gid file but does not own it writes, truncates or opens it with
+// O_TRUNC: the call succeeds and clears the set-uid bit, and the set-gid
+// bit where group execute is set (without it, set-gid marks mandatory
+// locking and stays), as Linux does on a local disk (issue 11). An
+// explicit chmod by them stays refused.
+func TestAWriteByAnotherUserClearsSetIDBits(t *testing.T) {
+	e := newEnv(t)
+	const nobody = 65534
+	if err := os.Chmod(filepath.Dir(e.mnt), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(e.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := e.path("f")
+	asNobody := func(script string) {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", script, "sh", f)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s as nobody: %v %q", script, err, out)
+		}
+	}
+	for _, tc := range []struct {
+		script   string
+		from, to uint32
+		size     int64
+	}{
+		{`printf x >> "$1"`, 0o6777, 0o777, 5},
+		{`truncate -s 2 "$1"`, 0o4777, 0o777, 2},
+		{`: > "$1"`, 0o6777, 0o777, 0},
+		{`printf x >> "$1"`, 0o2666, 0o2666, 5}, // set-gid without group execute stays
+	} {
+		writeFile(t, f, []byte("data"))
+		if err := syscall.Chmod(f, tc.from); err != nil {
+			t.Fatal(err)
+		}
+		asNobody(tc.script)
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode & 0o7777; got != tc.to {
+			t.Errorf("%s on a %o file: mode %o, want %o", tc.script, tc.from, got, tc.to)
+		}
+		if st.Size != tc.size {
+			t.Errorf("%s: size %d, want %d", tc.script, st.Size, tc.size)
+		}
+	}
+	if err := syscall.Chmod(f, 0o4777); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/chmod", "u-s", f)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("chmod u-s of root's file as nobody succeeded: %q", out)
+	}
+}
