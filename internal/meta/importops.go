@@ -146,6 +146,27 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 		if in.IsDir() != (it.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
 			return fmt.Errorf("import %q: type changed: %w", name, syscall.EAGAIN)
 		}
+		if in.Nlink == 1 && in.Type() != it.Mode&syscall.S_IFMT {
+			// The bucket put an object of another type at the name (a
+			// symlink over a regular file, or back). An inode's type
+			// never changes (the kernel keeps it for the inode's life):
+			// the old inode leaves the name as if the bucket had deleted
+			// it, without its record of key (the new object is not its to
+			// replace or delete), and a new inode of the new type takes
+			// the name.
+			if err := dropKey(tx, &in, it.Obj.Key); err != nil {
+				return err
+			}
+			in.Flags |= DeletedInBucket
+			in.Source = it.Obj.Key // names its copy if a handle changes it (keepDeletedInBucket)
+			if err := s.unlink(tx, &p, name, &in, false); err != nil {
+				return err
+			}
+			if in, err = s.addImported(tx, &p, it); err != nil {
+				return err
+			}
+			return putInode(tx, &p)
+		}
 		if !in.IsDir() && in.Nlink > 1 {
 			// One name of a hard-linked file changed in the bucket: that
 			// name alone shows the new object. It leaves the inode, which

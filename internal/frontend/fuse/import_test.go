@@ -9,8 +9,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -459,5 +461,48 @@ func TestAWriteThroughAHandleToAFileTheBucketDeletedIsKept(t *testing.T) {
 	}
 	if _, err := os.Lstat(e.path("k")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("k is back on the file side: %v", err)
+	}
+}
+
+// TestABucketSideChangeOfAFilesTypeMakesANewFile: the bucket replaces a
+// regular file with a symlink object under the same key (and back). The
+// kernel knows the old inode's type, which can never change: the name
+// must come to a new inode of the new type, and writes through the name
+// (O_TRUNC included) then behave as on the new file, never EINVAL or EIO
+// from an inode whose type changed under the kernel. (Found by the
+// differential sync test: open(O_TRUNC) of a name the bucket had just
+// made a symlink answered EINVAL.)
+func TestABucketSideChangeOfAFilesTypeMakesANewFile(t *testing.T) {
+	e := newEnv(t, withPoll(-1), withRevalidateTTL(-1))
+	forwardEvents(e)
+	e.put("k", []byte("data"), nil)
+	if !readsAs(e.path("k"), []byte("data")) {
+		t.Fatal("unreadable")
+	}
+	before := inoOf(e.path("k"))
+	symlink := map[string]string{"mode": strconv.Itoa(syscall.S_IFLNK | 0o777)}
+	e.put("k", []byte("target"), symlink)
+	eventually(t, "k to become a symlink", func() bool {
+		got, err := os.Readlink(e.path("k"))
+		return err == nil && got == "target"
+	})
+	if after := inoOf(e.path("k")); after == before {
+		t.Errorf("the symlink has the regular file's inode number %d", after)
+	}
+	// And back: a regular file again, written through the name.
+	e.put("k", []byte("file again"), nil)
+	eventually(t, "k to become a file again", func() bool { return readsAs(e.path("k"), []byte("file again")) })
+	f, err := os.OpenFile(e.path("k"), os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		t.Fatalf("open(O_TRUNC) of the file the bucket made again: %v", err)
+	}
+	if _, err := f.WriteString("mine"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !readsAs(e.path("k"), []byte("mine")) {
+		t.Fatal("the write did not land")
 	}
 }
