@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -143,6 +144,42 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		return Inode{}, false, fmt.Errorf("record sync of %d: %w", q.Ino, err)
 	}
 	return in, done, nil
+}
+
+// RecordWritten records objs, objects the exporter wrote for ino in a
+// reconcile that then failed, among the inode's Keys (replacing the record
+// of the same key, if any), and drops their intents. Unlike Synced it
+// leaves the inode dirty and queued, and keeps its other records: the
+// next reconcile finishes the job from there.
+func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := getInode(tx, ino)
+		if errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		oldKeys := append([]Object(nil), in.Keys...)
+		for _, o := range objs {
+			i := slices.IndexFunc(in.Keys, func(k Object) bool { return k.Key == o.Key })
+			if i < 0 {
+				in.Keys = append(in.Keys, o)
+			} else {
+				in.Keys[i] = o
+			}
+			if err := tx.Delete(append(intentPrefix(ino), o.Key...)); err != nil {
+				return err
+			}
+		}
+		if err := takeKeys(tx, in.Ino, objs); err != nil {
+			return err
+		}
+		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
+			return err
+		}
+		return putInode(tx, &in)
+	})
 }
 
 // Forget deletes an inode that has no names left: its record, attributes,

@@ -389,13 +389,25 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	return e.reconcileFile(ctx, q, snap, &in, want)
 }
 
-func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.Snapshot, in *meta.Inode, want []string) error {
+func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.Snapshot, in *meta.Inode, want []string) (err error) {
 	gen := in.Gen
 	have := map[string]meta.Object{}
 	for _, k := range in.Keys {
 		have[k.Key] = k
 	}
 	var keep []meta.Object
+	defer func() {
+		// Cut short (a conflict at one name, the store away): what was
+		// written is recorded all the same, so that the next attempt
+		// knows those objects as this inode's, and a change the bucket
+		// makes to one of them meanwhile (a delete) is the bucket's
+		// change, not a name to write again as new.
+		if err != nil && len(keep) > 0 {
+			if rerr := e.meta.RecordWritten(ctx, in.Ino, keep); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}()
 	base := in.Base
 	if len(want) > 0 {
 		var src meta.Object // a complete object with the current content

@@ -313,3 +313,56 @@ func TestABucketCopyOfOurObjectToAnotherKeyIsABucketSideWrite(t *testing.T) {
 		t.Fatalf("the old name's object: %v, want it deleted", err)
 	}
 }
+
+// An export of a file with two names uploads the first and is refused at
+// the second (the bucket changed it). Before the next attempt, the bucket
+// deletes the object just uploaded under the first name. That attempt must
+// take the delete for the bucket's change (a conflict: the bucket wins),
+// not write the name again as new over the delete: the first attempt's
+// upload is recorded although the export as a whole failed. (Found by the
+// differential sync test: a bucket-side delete undone by a retried
+// export.)
+func TestAnExportCutShortRecordsWhatItWrote(t *testing.T) {
+	st, m, _, e := newSyncEnv(t)
+	ctx := context.Background()
+	f := newFile(t, m, "b", []byte("v1"))
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.bucket.Put(ctx, "b", bytes.NewReader([]byte("bucket")), 6, bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WriteData(ctx, f.Ino, []byte("v2"), 0, false, 0, meta.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Link(ctx, f.Ino, meta.RootIno, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	far := time.Now().Add(time.Hour)
+	if failed := e.drain(ctx, far); failed != 1 {
+		t.Fatalf("first attempt: %d failed, want the conflict at b", failed)
+	}
+	if _, err := st.bucket.Head(ctx, "a", ""); err != nil {
+		t.Fatalf("the first attempt did not upload a: %v", err)
+	}
+	if err := st.bucket.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.drain(ctx, far)
+	if cur, err := st.bucket.Head(ctx, "a", ""); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("the bucket's delete of a was undone by the next attempt: %+v, %v", cur, err)
+	}
+	// The importer resolves both conflicts: a goes (to lost+found), b
+	// shows the bucket's version.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, aErr := m.Lookup(ctx, meta.RootIno, "a")
+		b, bErr := m.Lookup(ctx, meta.RootIno, "b")
+		if errors.Is(aErr, syscall.ENOENT) && bErr == nil && b.Ino != f.Ino {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the conflicts were not resolved: a %v, b %+v %v", aErr, b, bErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
