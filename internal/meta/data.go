@@ -115,14 +115,23 @@ const WritePiece = 1 << 20
 const PieceGrace = 5 * time.Second
 
 // Continues tells whether a write of [off, off+n) looks like a piece of a
-// larger write(2) that more pieces will follow: it covers a whole
-// WritePiece of pages and ends on a page boundary. The last piece of a
-// write(2) usually does not; one of a write(2) whose end is so aligned
-// only delays its export by PieceGrace.
+// larger write(2) that more pieces will follow. The kernel splits a
+// write(2) into requests of a WritePiece of pages, and sends the part of
+// a first page it does not hold whole in its cache (a write that starts
+// inside a page, as most appends do) as a request of its own: so a piece
+// that ends on a page boundary and either covers a whole WritePiece of
+// pages or lies inside one page, starting past its beginning, may have
+// more to come. The last piece of a write(2) usually does not; a write(2)
+// that itself looks so only delays its export by PieceGrace, and has the
+// store synced if the next write continues it (see vfs).
 func Continues(off, n int64) bool {
 	const page = tier.BlockSize
 	end := off + n
-	return end%page == 0 && end-off/page*page == WritePiece
+	if end%page != 0 || n <= 0 {
+		return false
+	}
+	head := off%page != 0 && end-off/page*page == page
+	return head || end-off/page*page == WritePiece
 }
 
 // WriteData writes p at off (at the end of the file when appending) and
