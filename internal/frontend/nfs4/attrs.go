@@ -23,6 +23,13 @@ func maskOf(words []uint32) attrMask {
 	return m
 }
 
+// asksWriteOnly reports whether m, the attributes a GETATTR, READDIR or
+// VERIFY asks for, includes one that can only be set (time_access_set,
+// time_modify_set): such a request is NFS4ERR_INVAL (RFC 8881 5.5).
+func (m attrMask) asksWriteOnly() bool {
+	return m.has(nfsv4.FATTR4_TIME_ACCESS_SET) || m.has(nfsv4.FATTR4_TIME_MODIFY_SET)
+}
+
 func (m attrMask) has(a int) bool { return a < 96 && m[a/32]&(1<<(a%32)) != 0 }
 func (m *attrMask) set(a int)     { m[a/32] |= 1 << (a % 32) }
 

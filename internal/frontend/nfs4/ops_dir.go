@@ -167,8 +167,10 @@ func (q *request) readlink() nfsv4.Readlink4res {
 	if st != nfsv4.NFS4_OK {
 		return &nfsv4.Readlink4res_default{Status: st}
 	}
-	if a.IsDir() {
-		return &nfsv4.Readlink4res_default{Status: nfsv4.NFS4ERR_ISDIR}
+	if a.Type() != syscall.S_IFLNK {
+		// RFC 8881 18.24.3: READLINK of anything but a symlink, a
+		// directory too, is NFS4ERR_INVAL.
+		return &nfsv4.Readlink4res_default{Status: nfsv4.NFS4ERR_INVAL}
 	}
 	target, err := q.s.fs.Readlink(q.ctx, q.cur)
 	if err != nil {

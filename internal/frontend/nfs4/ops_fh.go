@@ -161,7 +161,11 @@ func (q *request) getattr(req []uint32) nfsv4.Getattr4res {
 	if st != nfsv4.NFS4_OK {
 		return &nfsv4.Getattr4res_default{Status: st}
 	}
-	return &nfsv4.Getattr4res_NFS4_OK{Resok4: nfsv4.Getattr4resok{ObjAttributes: q.encodeAttrs(&a, maskOf(req))}}
+	m := maskOf(req)
+	if m.asksWriteOnly() {
+		return &nfsv4.Getattr4res_default{Status: nfsv4.NFS4ERR_INVAL}
+	}
+	return &nfsv4.Getattr4res_NFS4_OK{Resok4: nfsv4.Getattr4resok{ObjAttributes: q.encodeAttrs(&a, m)}}
 }
 
 func (q *request) setattr(a *nfsv4.Setattr4args) nfsv4.Setattr4res {

@@ -297,3 +297,31 @@ func TestReaddirOfALargeDirectoryResumesByCookie(t *testing.T) {
 	c.expect(nfsv4.NFS4ERR_NOT_SAME, putfh(fh), &nfsv4.NfsArgop4_OP_READDIR{Opreaddir: nfsv4.Readdir4args{
 		Cookie: mid, Cookieverf: [8]byte{9}, Maxcount: 512}})
 }
+
+// TestErrorCornersAnswerAsTheRFCsSay: issue 11's error corners. READLINK
+// of anything but a symlink is NFS4ERR_INVAL (RFC 8881 18.24.3), a
+// zero-length name NFS4ERR_INVAL (RFC 8881 15.1), and a GETATTR asking for
+// a write-only attribute (time_access_set, time_modify_set), and so does
+// a READDIR, NFS4ERR_INVAL (RFC 7530 5.5, RFC 8881 5.5).
+func TestErrorCornersAnswerAsTheRFCsSay(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.session("corners")
+	out := c.do(putroot(), &nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{Objtype: &nfsv4.Createtype4_NF4DIR{}, Objname: "d"}}, getfh())
+	d := fhOf(t, out[2])
+	out = c.do(putfh(d), openArgs(c, 0, "o", "f", nfsv4.OPEN4_SHARE_ACCESS_WRITE, unchecked(0o644)), getfh())
+	sid, f := openOK(t, out[1]).Stateid, fhOf(t, out[2])
+	c.do(putfh(f), closeOp(0, sid))
+
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(d), readlink())
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), readlink())
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(d), lookup(""))
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(d), remove(""))
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(d), &nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{Objtype: &nfsv4.Createtype4_NF4DIR{}, Objname: ""}})
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), getattr(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_TIME_MODIFY_SET))
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), getattr(nfsv4.FATTR4_TIME_ACCESS_SET))
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(d), &nfsv4.NfsArgop4_OP_READDIR{Opreaddir: nfsv4.Readdir4args{
+		Dircount: 4096, Maxcount: 4096, AttrRequest: maskFrom(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_TIME_MODIFY_SET).words()}})
+	// The readable attributes still answer.
+	c.do(putfh(f), getattr(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_TIME_MODIFY))
+}

@@ -142,6 +142,9 @@ func (q *request) readdir(a *nfsv4.Readdir4args) nfsv4.Readdir4res {
 	const overhead = 8 + 4 + 4 // verifier, end of list, eof
 	size := overhead
 	req := maskOf(a.AttrRequest)
+	if req.asksWriteOnly() {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
 	var (
 		head, tail *nfsv4.Entry4
 		n          int
