@@ -274,10 +274,15 @@ func (q *request) decodeSetAttrs(f *nfsv4.Fattr4) (setAttrs, nfsv4.Nfsstat4) {
 			out.in.Valid |= vfs.SetMode
 			out.in.Mode = r.u32() & 0o7777
 		case nfsv4.FATTR4_OWNER, nfsv4.FATTR4_OWNER_GROUP:
-			id, ok := parseID(string(r.opaque(nfsv4.NFS4_OPAQUE_LIMIT)))
+			name := string(r.opaque(nfsv4.NFS4_OPAQUE_LIMIT))
 			if r.err != nil {
 				return false
 			}
+			if name == "" {
+				st = nfsv4.NFS4ERR_INVAL // no name at all, not one we cannot map
+				return false
+			}
+			id, ok := parseID(name)
 			if !ok {
 				st = nfsv4.NFS4ERR_BADOWNER
 				return false

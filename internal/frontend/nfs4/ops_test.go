@@ -302,7 +302,8 @@ func TestReaddirOfALargeDirectoryResumesByCookie(t *testing.T) {
 // of anything but a symlink is NFS4ERR_INVAL (RFC 8881 18.24.3), a
 // zero-length name NFS4ERR_INVAL (RFC 8881 15.1), and a GETATTR asking for
 // a write-only attribute (time_access_set, time_modify_set), and so does
-// a READDIR, NFS4ERR_INVAL (RFC 7530 5.5, RFC 8881 5.5).
+// a READDIR, NFS4ERR_INVAL (RFC 7530 5.5, RFC 8881 5.5); a READDIR too
+// small for one entry NFS4ERR_TOOSMALL; an empty owner NFS4ERR_INVAL.
 func TestErrorCornersAnswerAsTheRFCsSay(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := e.dial(1, userCred)
@@ -324,4 +325,14 @@ func TestErrorCornersAnswerAsTheRFCsSay(t *testing.T) {
 		Dircount: 4096, Maxcount: 4096, AttrRequest: maskFrom(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_TIME_MODIFY_SET).words()}})
 	// The readable attributes still answer.
 	c.do(putfh(f), getattr(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_TIME_MODIFY))
+	// A READDIR whose reply cannot hold one entry is NFS4ERR_TOOSMALL.
+	c.expect(nfsv4.NFS4ERR_TOOSMALL, putfh(d), &nfsv4.NfsArgop4_OP_READDIR{Opreaddir: nfsv4.Readdir4args{
+		Dircount: 4096, Maxcount: 20, AttrRequest: maskFrom(nfsv4.FATTR4_TYPE).words()}})
+	// An empty owner or group is NFS4ERR_INVAL, not a name to map.
+	for _, at := range []int{nfsv4.FATTR4_OWNER, nfsv4.FATTR4_OWNER_GROUP} {
+		var empty xdrBuf
+		empty.str("")
+		c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), &nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{
+			ObjAttributes: nfsv4.Fattr4{Attrmask: maskFrom(at).words(), AttrVals: empty}}})
+	}
 }
