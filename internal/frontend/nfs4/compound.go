@@ -194,8 +194,8 @@ func known(minor uint32, op nfsv4.NfsOpnum4) bool {
 // sessionRule enforces where 4.1 operations may appear: SEQUENCE first,
 // and the operations that create or destroy sessions alone.
 func (q *request) sessionRule(i, count uint32, op nfsv4.NfsOpnum4) nfsv4.Nfsstat4 {
-	if q.minor == 0 {
-		return nfsv4.NFS4_OK
+	if q.minor == 0 || op == nfsv4.OP_ILLEGAL {
+		return nfsv4.NFS4_OK // OP_ILLEGAL is no operation: it answers NFS4ERR_OP_ILLEGAL anywhere
 	}
 	switch op {
 	case nfsv4.OP_SETCLIENTID, nfsv4.OP_SETCLIENTID_CONFIRM, nfsv4.OP_RENEW,

@@ -131,3 +131,18 @@ func TestDestroySessionThenClientIDForgetsTheClient(t *testing.T) {
 		t.Errorf("the file is still open")
 	}
 }
+
+// OP_ILLEGAL first in a COMPOUND without a session answers
+// NFS4ERR_OP_ILLEGAL, as an unknown operation number does (issue 11; RFC
+// 8881 15.2): it is no operation, so no session rule applies to it.
+func TestOpIllegalFirstWithoutASessionIsOpIllegal(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	res := c.raw(&nfsv4.NfsArgop4_OP_ILLEGAL{})
+	if res.Status != nfsv4.NFS4ERR_OP_ILLEGAL || len(res.Resarray) != 1 {
+		t.Fatalf("COMPOUND of OP_ILLEGAL: %s with %d results, want NFS4ERR_OP_ILLEGAL and one", nfsv4.Nfsstat4_name[res.Status], len(res.Resarray))
+	}
+	if _, ok := res.Resarray[0].(*nfsv4.NfsResop4_OP_ILLEGAL); !ok {
+		t.Fatalf("result %T, want OP_ILLEGAL's", res.Resarray[0])
+	}
+}
