@@ -227,7 +227,11 @@ func (q *request) openCreate(name string, access uint32, how nfsv4.Createhow4) (
 	set := attrMask{}
 	if !existed {
 		rest := sa.in
-		rest.Valid &^= vfs.SetMode | vfs.SetSize
+		rest.Valid &^= vfs.SetMode // given to Create
+		if rest.Valid&vfs.SetSize != 0 && rest.Size == 0 {
+			rest.Valid &^= vfs.SetSize // a new file is empty already
+		}
+		rest.Handle = h // a size in createattrs sets the new file's size (RFC 7530 16.16.5)
 		if verf != nil {
 			rest.Valid |= vfs.SetAtime | vfs.SetMtime
 			rest.Atime, rest.Mtime = verfTimes(*verf)

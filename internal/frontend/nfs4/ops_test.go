@@ -336,3 +336,36 @@ func TestErrorCornersAnswerAsTheRFCsSay(t *testing.T) {
 			ObjAttributes: nfsv4.Fattr4{Attrmask: maskFrom(at).words(), AttrVals: empty}}})
 	}
 }
+
+// An OPEN that creates a file with createattrs setting its size makes it
+// that size (issue 11; RFC 7530 16.16.5), in 4.1 and in 4.0.
+func TestOpenCreateWithASizeMakesTheFileThatSize(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, minor := range []uint32{1, 0} {
+		c := e.dial(minor, userCred)
+		if minor == 0 {
+			c.setclientid40(fmt.Sprint("size", minor))
+		} else {
+			c.session(fmt.Sprint("size", minor))
+		}
+		var vals xdrBuf
+		vals.u64(4321)
+		vals.u32(0o640)
+		how := &nfsv4.Createhow4_UNCHECKED4{Createattrs: nfsv4.Fattr4{
+			Attrmask: maskFrom(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_MODE).words(), AttrVals: vals}}
+		name := fmt.Sprint("sized", minor)
+		out := c.do(putroot(), openArgs(c, 0, "o", name, nfsv4.OPEN4_SHARE_ACCESS_WRITE, how), getfh())
+		sid, f := openOK(t, out[1]).Stateid, fhOf(t, out[2])
+		seqid := uint32(1)
+		if minor == 0 {
+			out = c.do(putfh(f), openConfirm(sid, seqid))
+			sid = openConfirmed(t, out[1])
+			seqid++
+		}
+		out = c.do(putfh(f), getattr(testAttrMask...))
+		if a := attrsOf(t, out[1]); a.size != 4321 || a.mode != 0o640 {
+			t.Errorf("v4.%d: a file created with size 4321 and mode 0640 has %+v", minor, a)
+		}
+		c.do(putfh(f), closeOp(seqid, sid))
+	}
+}
