@@ -16,12 +16,16 @@ func TestOpenDowngradeToReadRefusesWrites(t *testing.T) {
 	c.session("downgrader")
 	fh, sid := openFile(t, c, "o", "downgraded")
 	c.do(putfh(fh), writeOp(sid, 0, []byte("written before"), nfsv4.FILE_SYNC4))
+	// An OPEN for READ too: a downgrade may only go to modes the state
+	// was opened with (RFC 8881 18.18.3).
+	out := c.do(putroot(), openArgs(c, 0, "o", "downgraded", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
+	sid = openOK(t, out[1]).Stateid
 
 	downgrade := func(sid nfsv4.Stateid4, access uint32) nfsv4.NfsArgop4 {
 		return &nfsv4.NfsArgop4_OP_OPEN_DOWNGRADE{OpopenDowngrade: nfsv4.OpenDowngrade4args{OpenStateid: sid,
 			ShareAccess: access, ShareDeny: nfsv4.OPEN4_SHARE_DENY_NONE}}
 	}
-	out := c.do(putfh(fh), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_READ))
+	out = c.do(putfh(fh), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_READ))
 	dsid := out[1].(*nfsv4.NfsResop4_OP_OPEN_DOWNGRADE).OpopenDowngrade.(*nfsv4.OpenDowngrade4res_NFS4_OK).Resok4.OpenStateid
 	if dsid.Other != sid.Other || dsid.Seqid != sid.Seqid+1 {
 		t.Errorf("OPEN_DOWNGRADE returned %+v after %+v", dsid, sid)
@@ -142,4 +146,34 @@ func TestOpenCreateUncheckedOfAFileOnlyTheBucketKnowsOpensIt(t *testing.T) {
 		t.Fatalf("READ after OPEN(UNCHECKED4) of d/x = %q, want the bucket's bytes", r.Data)
 	}
 	c.do(putfh(d), lookup("x"), closeOp(0, openOK(t, out[1]).Stateid))
+}
+
+// OPEN_DOWNGRADE goes only to share modes an OPEN of the state asked for
+// (issue 11; RFC 7530 16.19.4): after OPENs for READ and then WRITE, back
+// to READ is fine; a state opened for BOTH alone cannot go to READ, and no
+// state can go to modes it does not hold.
+func TestOpenDowngradeOnlyToModesOpenedBefore(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.session("downgrade")
+	downgrade := func(sid nfsv4.Stateid4, access, deny uint32) nfsv4.NfsArgop4 {
+		return &nfsv4.NfsArgop4_OP_OPEN_DOWNGRADE{OpopenDowngrade: nfsv4.OpenDowngrade4args{
+			OpenStateid: sid, ShareAccess: access, ShareDeny: deny}}
+	}
+	// READ, then WRITE: the state holds BOTH, opened as READ and WRITE.
+	out := c.do(putroot(), openArgs(c, 0, "o1", "f", nfsv4.OPEN4_SHARE_ACCESS_READ, unchecked(0o644)), getfh())
+	f := fhOf(t, out[2])
+	out = c.do(putroot(), openArgs(c, 0, "o1", "f", nfsv4.OPEN4_SHARE_ACCESS_WRITE, nil))
+	sid := openOK(t, out[1]).Stateid
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_BOTH, nfsv4.OPEN4_SHARE_DENY_WRITE))
+	out = c.do(putfh(f), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_DENY_NONE))
+	sid = out[1].(*nfsv4.NfsResop4_OP_OPEN_DOWNGRADE).OpopenDowngrade.(*nfsv4.OpenDowngrade4res_NFS4_OK).Resok4.OpenStateid
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_WRITE, nfsv4.OPEN4_SHARE_DENY_NONE))
+	c.do(putfh(f), closeOp(0, sid))
+
+	// BOTH alone: READ was never asked for.
+	out = c.do(putroot(), openArgs(c, 0, "o2", "f", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	sid = openOK(t, out[1]).Stateid
+	c.expect(nfsv4.NFS4ERR_INVAL, putfh(f), downgrade(sid, nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_DENY_NONE))
+	c.do(putfh(f), closeOp(0, sid))
 }

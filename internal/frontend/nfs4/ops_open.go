@@ -272,13 +272,15 @@ func (s *Server) addOpen(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs
 	var spare *vfs.Handle
 	if o == nil {
 		o = &openState{other: t.newOther(), seq: 1, owner: oo, ino: ino, access: access, deny: deny, h: h,
-			locks: map[*lockOwner]*lockState{}}
+			opened: 1 << access, denied: 1 << deny, locks: map[*lockOwner]*lockState{}}
 		oo.client.opens[k] = o
 		t.states[o.other] = o
 		t.opensByIno[ino] = append(t.opensByIno[ino], o)
 	} else {
 		o.access |= access
 		o.deny |= deny
+		o.opened |= 1 << access
+		o.denied |= 1 << deny
 		o.seq = bumpSeq(o.seq)
 		if (o.access&nfsv4.OPEN4_SHARE_ACCESS_WRITE != 0 && !o.h.Writable()) ||
 			(o.access&nfsv4.OPEN4_SHARE_ACCESS_READ != 0 && !o.h.Readable()) {
@@ -331,14 +333,32 @@ func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	if access == 0 || access&^o.access != 0 || a.ShareDeny&^o.deny != 0 {
+	deny := a.ShareDeny & nfsv4.OPEN4_SHARE_DENY_BOTH
+	if access == 0 || access&^o.access != 0 || deny&^o.deny != 0 ||
+		o.opened&(1<<access) == 0 || o.denied&(1<<deny) == 0 {
+		// Only to modes this state was opened with (an upgrade from
+		// READ to BOTH may go back to READ, an OPEN of BOTH may not).
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
-	o.access, o.deny = access, a.ShareDeny
+	o.access, o.deny = access, deny
+	// The modes left are those within the new ones.
+	o.opened, o.denied = withinModes(o.opened, access), withinModes(o.denied, deny)
 	o.seq = bumpSeq(o.seq)
 	res := sid(o.other, o.seq)
 	q.setCurSid(res)
 	return &nfsv4.OpenDowngrade4res_NFS4_OK{Resok4: nfsv4.OpenDowngrade4resok{OpenStateid: res}}
+}
+
+// withinModes keeps the bits 1<<v of set whose share value v lies within
+// the share bits held.
+func withinModes(set uint8, held uint32) uint8 {
+	var out uint8
+	for v := uint32(0); v < 4; v++ {
+		if set&(1<<v) != 0 && v&^held == 0 {
+			out |= 1 << v
+		}
+	}
+	return out
 }
 
 func (q *request) close(a *nfsv4.Close4args) nfsv4.Close4res {

@@ -92,6 +92,11 @@ type openState struct {
 	ino    vfs.Ino
 	access uint32 // OPEN4_SHARE_ACCESS_* bits held
 	deny   uint32 // OPEN4_SHARE_DENY_* bits held
+	// opened has bit 1<<v for each share_access value v (READ, WRITE,
+	// BOTH) an OPEN of this state asked for, and denied the same for
+	// share_deny values: OPEN_DOWNGRADE may only go to such values (RFC
+	// 7530 16.19.4, RFC 8881 18.18.3).
+	opened, denied uint8
 	h      *vfs.Handle
 	locks  map[*lockOwner]*lockState
 
