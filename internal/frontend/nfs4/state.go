@@ -97,8 +97,8 @@ type openState struct {
 	// share_deny values: OPEN_DOWNGRADE may only go to such values (RFC
 	// 7530 16.19.4, RFC 8881 18.18.3).
 	opened, denied uint8
-	h      *vfs.Handle
-	locks  map[*lockOwner]*lockState
+	h              *vfs.Handle
+	locks          map[*lockOwner]*lockState
 
 	// refs counts requests using h; a removed (dead) state's handles are
 	// released when the last of them finishes. retired holds handles an
