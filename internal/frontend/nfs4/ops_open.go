@@ -315,6 +315,10 @@ func (q *request) openConfirm(a *nfsv4.OpenConfirm4args) nfsv4.OpenConfirm4res {
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
+	if o.owner.confirmed {
+		// Only an owner's first OPEN is confirmed (RFC 7530 16.18.5).
+		return fail(nfsv4.NFS4ERR_BAD_STATEID)
+	}
 	o.owner.confirmed = true
 	o.seq = bumpSeq(o.seq)
 	return &nfsv4.OpenConfirm4res_NFS4_OK{Resok4: nfsv4.OpenConfirm4resok{OpenStateid: sid(o.other, o.seq)}}

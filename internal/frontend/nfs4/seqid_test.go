@@ -176,3 +176,17 @@ func TestNFSv40ExclusiveCreateRetriedOnANewSeqidFindsItsOwnFile(t *testing.T) {
 	// Another client's verifier finds the name taken.
 	c.expect(nfsv4.NFS4ERR_EXIST, putroot(), openArgs(c, 4, "o", "excl", nfsv4.OPEN4_SHARE_ACCESS_BOTH, excl(9)))
 }
+
+// OPEN_CONFIRM of an open-owner confirmed already is NFS4ERR_BAD_STATEID
+// (issue 11; RFC 7530 16.18.5: only the first OPEN of an owner needs it);
+// a retransmission of the confirming request still gets its reply.
+func TestNFSv40OpenConfirmOfAConfirmedOwnerIsBadStateid(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(0, userCred)
+	c.setclientid40("confirm40")
+	out := c.do(putroot(), openArgs(c, 1, "o", "confirmed", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
+	op, fh := openOK(t, out[1]), fhOf(t, out[2])
+	sid := openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), openConfirm(sid, 3))
+	c.do(putfh(fh), closeOp(3, sid))
+}
