@@ -2,8 +2,11 @@ package nfs4
 
 import (
 	"crypto/rand"
+	"fmt"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/vfs"
 )
 
 // The NFSv4.0 client operations (RFC 7530 16.33, 16.34, 16.29). A 4.0
@@ -18,11 +21,17 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cl := t.confirmed[key]
+	if cl != nil && cl.principal != principalOf(q.cred) {
+		// Another principal's client record: not to be taken over
+		// (RFC 7530 16.33.5).
+		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
+	}
 	if cl == nil || cl.verifier != a.Client.Verifier {
 		if old := t.unconfirmed[key]; old != nil {
 			t.removeClient(old)
 		}
 		cl = q.s.newClient(key, a.Client.Verifier, false)
+		cl.principal = principalOf(q.cred)
 		t.unconfirmed[key] = cl
 	}
 	cl.confirmVerf = confirm
@@ -30,6 +39,10 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	return &nfsv4.Setclientid4res_NFS4_OK{Resok4: nfsv4.Setclientid4resok{
 		Clientid: cl.id, SetclientidConfirm: confirm}}
 }
+
+// principalOf names the principal of an AUTH_SYS credential, to which a
+// client record is bound: its uid and gid.
+func principalOf(c vfs.Cred) string { return fmt.Sprintf("sys:%d:%d", c.Uid, c.Gid) }
 
 func (q *request) setclientidConfirm(a *nfsv4.SetclientidConfirm4args) nfsv4.Nfsstat4 {
 	t := q.s.state

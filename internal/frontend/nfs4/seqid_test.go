@@ -190,3 +190,22 @@ func TestNFSv40OpenConfirmOfAConfirmedOwnerIsBadStateid(t *testing.T) {
 	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), openConfirm(sid, 3))
 	c.do(putfh(fh), closeOp(3, sid))
 }
+
+// SETCLIENTID with the id of a confirmed client from another principal
+// (another AUTH_SYS uid) is NFS4ERR_CLID_INUSE (issue 11; RFC 7530
+// 16.33.5): one user cannot take over another's client record and its
+// state. The same principal may (a client reboot, with a new verifier).
+func TestNFSv40SetclientidFromAnotherPrincipalIsClidInuse(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(0, userCred)
+	c.setclientid40("shared-id")
+	other := e.dial(0, authSys(1001, 1001))
+	res := other.raw(&nfsv4.NfsArgop4_OP_SETCLIENTID{Opsetclientid: nfsv4.Setclientid4args{
+		Client: nfsv4.NfsClientId4{Verifier: [8]byte{9}, Id: []byte("shared-id")},
+		Callback: nfsv4.CbClient4{CbLocation: nfsv4.Netaddr4{NaRNetid: "tcp", NaRAddr: "127.0.0.1.0.0"}}}})
+	if res.Status != nfsv4.NFS4ERR_CLID_INUSE {
+		t.Fatalf("SETCLIENTID of another principal's id: %s, want NFS4ERR_CLID_INUSE", nfsv4.Nfsstat4_name[res.Status])
+	}
+	again := e.dial(0, userCred)
+	again.setclientid40("shared-id") // the same principal, a new connection
+}

@@ -49,6 +49,7 @@ type client struct {
 	verifier    [8]byte
 	minor41     bool
 	confirmed   bool
+	principal   string  // who made the record (AUTH_SYS uid and gid), see principalOf
 	confirmVerf [8]byte // 4.0: SETCLIENTID_CONFIRM's verifier
 	lastRenew   time.Time
 
