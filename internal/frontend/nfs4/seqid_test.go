@@ -201,7 +201,7 @@ func TestNFSv40SetclientidFromAnotherPrincipalIsClidInuse(t *testing.T) {
 	c.setclientid40("shared-id")
 	other := e.dial(0, authSys(1001, 1001))
 	res := other.raw(&nfsv4.NfsArgop4_OP_SETCLIENTID{Opsetclientid: nfsv4.Setclientid4args{
-		Client: nfsv4.NfsClientId4{Verifier: [8]byte{9}, Id: []byte("shared-id")},
+		Client:   nfsv4.NfsClientId4{Verifier: [8]byte{9}, Id: []byte("shared-id")},
 		Callback: nfsv4.CbClient4{CbLocation: nfsv4.Netaddr4{NaRNetid: "tcp", NaRAddr: "127.0.0.1.0.0"}}}})
 	if res.Status != nfsv4.NFS4ERR_CLID_INUSE {
 		t.Fatalf("SETCLIENTID of another principal's id: %s, want NFS4ERR_CLID_INUSE", nfsv4.Nfsstat4_name[res.Status])
