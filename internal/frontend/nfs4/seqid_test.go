@@ -119,10 +119,7 @@ func TestNFSv40RetransmittedSeqidGetsTheOpenOwnersLastReply(t *testing.T) {
 func TestNFSv40LockOwnerSeqidsAreEnforcedAndReplayed(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := e.dial(0, userCred)
-	c.setclientid40("locker40")
-	out := c.do(putroot(), openArgs(c, 1, "o", "locked40", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
-	op, fh := openOK(t, out[1]), fhOf(t, out[2])
-	osid := openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+	fh, osid := confirmedOpen40(t, c, "locker40", "locked40")
 
 	// The first lock: the open-owner's seqid 3 and the new lock-owner's
 	// first seqid, 0. The lock-owner's next seqid is 1.
@@ -145,7 +142,7 @@ func TestNFSv40LockOwnerSeqidsAreEnforcedAndReplayed(t *testing.T) {
 	c.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), &nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsv4.READ_LT,
 		Offset: 25, Length: 1, Owner: nfsv4.StateOwner4{Clientid: c.clientID, Owner: []byte("someone else")}}})
 
-	out = c.do(putfh(fh), unlock(lsid, 2, 0, math.MaxUint64))
+	out := c.do(putfh(fh), unlock(lsid, 2, 0, math.MaxUint64))
 	lsid = out[1].(*nfsv4.NfsResop4_OP_LOCKU).Oplocku.(*nfsv4.Locku4res_NFS4_OK).LockStateid
 	c.do(release)
 	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), lockMore(lsid, 3, 0, 1))
@@ -177,16 +174,23 @@ func TestNFSv40ExclusiveCreateRetriedOnANewSeqidFindsItsOwnFile(t *testing.T) {
 	c.expect(nfsv4.NFS4ERR_EXIST, putroot(), openArgs(c, 4, "o", "excl", nfsv4.OPEN4_SHARE_ACCESS_BOTH, excl(9)))
 }
 
+// confirmedOpen40 sets c up as the 4.0 client id and creates name with
+// open-owner "o" (seqid 1), confirmed (seqid 2).
+func confirmedOpen40(t *testing.T, c *tclient, id, name string) ([]byte, nfsv4.Stateid4) {
+	t.Helper()
+	c.setclientid40(id)
+	out := c.do(putroot(), openArgs(c, 1, "o", name, nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
+	op, fh := openOK(t, out[1]), fhOf(t, out[2])
+	return fh, openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+}
+
 // OPEN_CONFIRM of an open-owner confirmed already is NFS4ERR_BAD_STATEID
-// (issue 11; RFC 7530 16.18.5: only the first OPEN of an owner needs it);
-// a retransmission of the confirming request still gets its reply.
+// (issue 11; RFC 7530 16.18.5: only the first OPEN of an owner needs it),
+// and the refusal uses up no seqid.
 func TestNFSv40OpenConfirmOfAConfirmedOwnerIsBadStateid(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := e.dial(0, userCred)
-	c.setclientid40("confirm40")
-	out := c.do(putroot(), openArgs(c, 1, "o", "confirmed", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)), getfh())
-	op, fh := openOK(t, out[1]), fhOf(t, out[2])
-	sid := openConfirmed(t, c.do(putfh(fh), openConfirm(op.Stateid, 2))[1])
+	fh, sid := confirmedOpen40(t, c, "confirm40", "confirmed")
 	c.expect(nfsv4.NFS4ERR_BAD_STATEID, putfh(fh), openConfirm(sid, 3))
 	c.do(putfh(fh), closeOp(3, sid))
 }
