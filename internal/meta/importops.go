@@ -157,8 +157,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			if err := dropKey(tx, &in, it.Obj.Key); err != nil {
 				return err
 			}
-			in.Flags |= DeletedInBucket
-			in.Source = it.Obj.Key // names its copy if a handle changes it (keepDeletedInBucket)
+			in.deletedInBucket(it.Obj.Key)
 			if err := s.unlink(tx, &p, name, &in, false); err != nil {
 				return err
 			}
@@ -204,14 +203,8 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			}
 		}
 		oldKeys := append([]Object(nil), in.Keys...)
-		replaced := false
-		for i := range in.Keys {
-			if in.Keys[i].Key == it.Obj.Key {
-				in.Keys[i], replaced = it.Obj, true
-			}
-		}
-		if !replaced && it.Obj.Key != "" {
-			in.Keys = append(in.Keys, it.Obj)
+		if it.Obj.Key != "" {
+			in.Keys = withKey(in.Keys, it.Obj)
 		}
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
@@ -290,10 +283,7 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 			return err
 		}
 		if in.Nlink == 0 {
-			in.Flags |= DeletedInBucket
-			if !in.IsDir() {
-				in.Source = key // names its copy if a handle changes it (keepDeletedInBucket)
-			}
+			in.deletedInBucket(key)
 			if err := putInode(tx, &in); err != nil {
 				return err
 			}
@@ -388,6 +378,16 @@ func LostFoundEntryName(key string, t time.Time) string {
 		name = name[len(name)-255:]
 	}
 	return name
+}
+
+// deletedInBucket marks in, which an import took its last name from, as
+// deleted in the bucket; a file also keeps key, the key it had, which names
+// its copy in lost+found should a handle change it (keepDeletedInBucket).
+func (in *Inode) deletedInBucket(key string) {
+	in.Flags |= DeletedInBucket
+	if !in.IsDir() {
+		in.Source = key
+	}
 }
 
 // keepDeletedInBucket links in, a file whose last name an import removed

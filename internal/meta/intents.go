@@ -23,6 +23,9 @@ import (
 
 func intentPrefix(ino Ino) []byte { return kv.AppendUint64([]byte{pIntent}, uint64(ino)) }
 
+// intentKey is the record of ino's intent for the object key.
+func intentKey(ino Ino, key string) []byte { return append(intentPrefix(ino), key...) }
+
 // AddIntents records that the exporter may write keys for ino.
 func (s *Store) AddIntents(ctx context.Context, ino Ino, keys []string) error {
 	if len(keys) == 0 {
@@ -33,7 +36,7 @@ func (s *Store) AddIntents(ctx context.Context, ino Ino, keys []string) error {
 			return err
 		}
 		for _, k := range keys {
-			if err := tx.Set(append(intentPrefix(ino), k...), nil); err != nil {
+			if err := tx.Set(intentKey(ino, k), nil); err != nil {
 				return err
 			}
 		}
@@ -60,7 +63,7 @@ func (s *Store) Intents(ctx context.Context, ino Ino) (keys []string, err error)
 // HasIntent reports whether ino has an intent for key.
 func (s *Store) HasIntent(ctx context.Context, ino Ino, key string) (ok bool, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		_, err := r.Get(append(intentPrefix(ino), key...))
+		_, err := r.Get(intentKey(ino, key))
 		switch {
 		case err == nil:
 			ok = true
@@ -77,7 +80,7 @@ func (s *Store) HasIntent(ctx context.Context, ino Ino, key string) (ok bool, er
 // DropIntent removes one intent of ino (its object is gone, or not ours).
 func (s *Store) DropIntent(ctx context.Context, ino Ino, key string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		return tx.Delete(append(intentPrefix(ino), key...))
+		return tx.Delete(intentKey(ino, key))
 	})
 }
 

@@ -162,13 +162,8 @@ func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error
 		}
 		oldKeys := append([]Object(nil), in.Keys...)
 		for _, o := range objs {
-			i := slices.IndexFunc(in.Keys, func(k Object) bool { return k.Key == o.Key })
-			if i < 0 {
-				in.Keys = append(in.Keys, o)
-			} else {
-				in.Keys[i] = o
-			}
-			if err := tx.Delete(append(intentPrefix(ino), o.Key...)); err != nil {
+			in.Keys = withKey(in.Keys, o)
+			if err := tx.Delete(intentKey(ino, o.Key)); err != nil {
 				return err
 			}
 		}
@@ -180,6 +175,16 @@ func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error
 		}
 		return putInode(tx, &in)
 	})
+}
+
+// withKey returns keys with o as the record of o.Key: in place of the
+// record there, or added.
+func withKey(keys []Object, o Object) []Object {
+	if i := slices.IndexFunc(keys, func(k Object) bool { return k.Key == o.Key }); i >= 0 {
+		keys[i] = o
+		return keys
+	}
+	return append(keys, o)
 }
 
 // Forget deletes an inode that has no names left: its record, attributes,

@@ -66,7 +66,7 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 			return fs.meta.Get(ctx, ino)
 		}
 	}
-	if req.Valid&^(SetSize|DropSetID) == 0 {
+	if req.Valid&DropSetID != 0 && req.Valid&^(SetSize|DropSetID) == 0 {
 		// Only the kernel's kill of privileges is left: most files have
 		// no set-id bits, and then nothing changes.
 		if in, err := fs.meta.Get(ctx, ino); err != nil || in.Mode == withoutSetID(in.Mode) {
@@ -103,12 +103,9 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 			if c.Uid != 0 && (uid != in.Uid || !owner || gid != in.Gid && !c.inGroup(gid)) {
 				return 0, syscall.EPERM
 			}
-			if (uid != in.Uid || gid != in.Gid) && !in.IsDir() {
+			if uid != in.Uid || gid != in.Gid {
 				// A change of owner drops set-id bits, as on Linux.
-				in.Mode &^= syscall.S_ISUID
-				if in.Mode&0o010 != 0 {
-					in.Mode &^= syscall.S_ISGID
-				}
+				in.Mode = withoutSetID(in.Mode)
 			}
 			in.Uid, in.Gid = uid, gid
 			change = meta.AttrChange

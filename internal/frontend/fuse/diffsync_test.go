@@ -742,6 +742,25 @@ func inoOf(path string) uint64 {
 	return st.Ino
 }
 
+// eachVersion calls fn for every object version of the bucket, and for
+// every delete marker (marker set).
+func (e *env) eachVersion(fn func(key, id string, marker bool)) {
+	e.t.Helper()
+	p := s3.NewListObjectVersionsPaginator(e.s3, &s3.ListObjectVersionsInput{Bucket: &e.bucket})
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, v := range page.Versions {
+			fn(aws.ToString(v.Key), aws.ToString(v.VersionId), false)
+		}
+		for _, d := range page.DeleteMarkers {
+			fn(aws.ToString(d.Key), aws.ToString(d.VersionId), true)
+		}
+	}
+}
+
 // versionHistory describes every version and delete marker of the
 // bucket, oldest first: key, version id, origin tag and content.
 func (e *env) versionHistory() []string {
@@ -749,26 +768,19 @@ func (e *env) versionHistory() []string {
 	ctx := context.Background()
 	type entry struct{ id, line string }
 	var all []entry
-	p := s3.NewListObjectVersionsPaginator(e.s3, &s3.ListObjectVersionsInput{Bucket: &e.bucket})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			e.t.Fatal(err)
+	e.eachVersion(func(key, id string, marker bool) {
+		if marker {
+			all = append(all, entry{id, fmt.Sprintf("%s %s: delete marker", id, key)})
+			return
 		}
-		for _, v := range page.Versions {
-			key, id := aws.ToString(v.Key), aws.ToString(v.VersionId)
-			h, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &e.bucket, Key: &key, VersionId: &id})
-			origin := ""
-			if err == nil {
-				origin = h.Metadata["bucketfs-origin"]
-			}
-			b, _, _ := e.objectState(ctx, key, id)
-			all = append(all, entry{id, fmt.Sprintf("%s %s origin %q: %q", id, key, origin, b)})
+		h, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &e.bucket, Key: &key, VersionId: &id})
+		origin := ""
+		if err == nil {
+			origin = h.Metadata["bucketfs-origin"]
 		}
-		for _, d := range page.DeleteMarkers {
-			all = append(all, entry{aws.ToString(d.VersionId), fmt.Sprintf("%s %s: delete marker", aws.ToString(d.VersionId), aws.ToString(d.Key))})
-		}
-	}
+		b, _, _ := e.objectState(ctx, key, id)
+		all = append(all, entry{id, fmt.Sprintf("%s %s origin %q: %q", id, key, origin, b)})
+	})
 	// Version ids of the embedded store sort by time.
 	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.id, b.id) })
 	out := make([]string, len(all))
@@ -782,21 +794,16 @@ func (e *env) versionHistory() []string {
 func (e *env) allVersionContents() map[string]bool {
 	e.t.Helper()
 	out := map[string]bool{}
-	ctx := context.Background()
-	p := s3.NewListObjectVersionsPaginator(e.s3, &s3.ListObjectVersionsInput{Bucket: &e.bucket})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+	e.eachVersion(func(key, id string, marker bool) {
+		if marker {
+			return
+		}
+		b, _, err := e.objectState(context.Background(), key, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		for _, v := range page.Versions {
-			b, _, err := e.objectState(ctx, aws.ToString(v.Key), aws.ToString(v.VersionId))
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			out[b] = true
-		}
-	}
+		out[b] = true
+	})
 	return out
 }
 

@@ -337,11 +337,12 @@ func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	deny := a.ShareDeny & nfsv4.OPEN4_SHARE_DENY_BOTH
-	if access == 0 || access&^o.access != 0 || deny&^o.deny != 0 ||
-		o.opened&(1<<access) == 0 || o.denied&(1<<deny) == 0 {
+	deny := a.ShareDeny
+	if o.opened&(1<<access) == 0 || o.denied&(1<<deny) == 0 {
 		// Only to modes this state was opened with (an upgrade from
 		// READ to BOTH may go back to READ, an OPEN of BOTH may not).
+		// Those lie within the modes held, and none is empty access or
+		// an unknown deny value.
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
 	o.access, o.deny = access, deny
