@@ -52,8 +52,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
-	srv := nfs4.New(e.FS, e.Meta.Fsid(), nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
+	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
 		AllowAuthNone: *authNone, Logger: log})
+	if err != nil {
+		return err
+	}
 	e.Start()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s (state in %s)\n", e.Bucket, ln.Addr(), cfg.StateDir)

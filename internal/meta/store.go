@@ -30,6 +30,8 @@ import (
 //	u<upload id>                object key of a multipart upload in flight (uploads.go)
 //	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
 //	U<key>                      a multipart upload of key about to be created (uploads.go)
+//	c/secret/<name>             a secret made once per file system (secret.go)
+//	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'

@@ -43,7 +43,10 @@ func startServer(t *testing.T) string {
 	}
 	eng.Start()
 	t.Cleanup(func() { eng.Close() })
-	srv := nfs4.New(eng.FS, eng.Meta.Fsid(), nfs4.Options{Logger: quiet})
+	srv, err := nfs4.New(context.Background(), eng.FS, nfs4.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

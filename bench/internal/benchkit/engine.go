@@ -76,7 +76,11 @@ func (r *Run) Open(cfg engine.Config, name string, s Serve) (in *Instance, err e
 		if err != nil {
 			return nil, err
 		}
-		srv, done := nfs4.New(in.Eng.FS, in.Eng.Meta.Fsid(), nfs4.Options{Logger: cfg.Logger}), make(chan struct{})
+		srv, err := nfs4.New(context.Background(), in.Eng.FS, nfs4.Options{Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		done := make(chan struct{})
 		do(s.NFSSide, func(ctx context.Context) { go func() { defer close(done); srv.Serve(ctx, ln) }() })
 		stops = append(stops, func() { r.LogErr("close NFS server "+name, srv.Close()); <-done })
 		in.Addr = ln.Addr().String()

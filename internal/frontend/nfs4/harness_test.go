@@ -65,12 +65,30 @@ func newEnv(t testing.TB, opts Options, cfgOpts ...func(*engine.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := eng.Close(); err != nil {
+		if err := e.eng.Close(); err != nil {
 			t.Errorf("close engine: %v", err)
 		}
 	})
 	e.startServer()
 	return e
+}
+
+// restart stops the NFS server and the engine and starts both again on the
+// same state directory, as a restart of the bucketfs process does (what
+// the server keeps in memory is gone; what it put in the kv is not).
+func (e *env) restart() {
+	e.t.Helper()
+	e.srv.Close()
+	if err := e.eng.Close(); err != nil {
+		e.t.Fatalf("close engine: %v", err)
+	}
+	eng, err := engine.Open(context.Background(), e.cfg)
+	if err != nil {
+		e.t.Fatalf("reopen engine: %v", err)
+	}
+	eng.Start()
+	e.eng = eng
+	e.startServer()
 }
 
 // startServer starts (or restarts) the NFS server on the engine.
@@ -79,7 +97,10 @@ func (e *env) startServer() {
 	if e.srv != nil {
 		e.srv.Close()
 	}
-	srv := New(e.eng.FS, e.eng.Meta.Fsid(), e.opts)
+	srv, err := New(context.Background(), e.eng.FS, e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		e.t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -54,6 +55,7 @@ type Server struct {
 	fs       *vfs.FS
 	fsid     string
 	fsidHash uint64
+	fhKey    []byte // the file system's filehandle secret (fh.go)
 	opts     Options
 	log      *slog.Logger
 	lease    time.Duration
@@ -77,16 +79,22 @@ type Server struct {
 	reaperWG  sync.WaitGroup
 }
 
-// New returns a server for fs. fsid is the file system's id (the engine's
-// Meta().Fsid()), which filehandles carry.
-func New(fs *vfs.FS, fsid string, opts Options) *Server {
+// New returns a server for fs. Filehandles carry the file system's id
+// (fs.Meta().Fsid()) and a MAC under its filehandle secret, which New
+// reads from the file system's kv (making it on first use).
+func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.LeaseTime <= 0 {
 		opts.LeaseTime = defaultLease
 	}
-	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), opts: opts,
+	key, err := fs.Meta().Secret(ctx, handleSecret)
+	if err != nil {
+		return nil, fmt.Errorf("nfs server: %w", err)
+	}
+	fsid := fs.Meta().Fsid()
+	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), fhKey: key, opts: opts,
 		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime,
 		cookies:   newCookieCache(cookieCacheCap),
 		inflight:  make(chan struct{}, serverInflight),
@@ -99,7 +107,7 @@ func New(fs *vfs.FS, fsid string, opts Options) *Server {
 	s.state = newStateTable(s.boot)
 	s.reaperWG.Add(1)
 	go s.reap()
-	return s
+	return s, nil
 }
 
 // Serve accepts connections on ln until ctx is done, ln is closed or the
