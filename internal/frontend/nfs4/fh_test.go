@@ -62,7 +62,7 @@ func TestAHandleNobodyWasGivenIsRefused(t *testing.T) {
 			clear(b[17:])
 			return b
 		}(),
-		"the root's handle cut short": root[:len(root)-1],
+		"the root's handle cut short":        root[:len(root)-1],
 		"the root's handle with a byte more": append(append([]byte(nil), root...), 0),
 	}
 	for name, fh := range forgeries {
