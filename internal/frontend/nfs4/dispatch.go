@@ -144,7 +144,7 @@ func (q *request) dispatch(op nfsv4.NfsArgop4) (opResult, nfsv4.Nfsstat4) {
 		st := q.destroyClientID(a.OpdestroyClientid.DcaClientid)
 		return &nfsv4.NfsResop4_OP_DESTROY_CLIENTID{OpdestroyClientid: nfsv4.DestroyClientid4res{DcrStatus: st}}, st
 	case *nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE:
-		st := q.reclaimComplete()
+		st := q.reclaimComplete(a.OpreclaimComplete.RcaOneFs)
 		return &nfsv4.NfsResop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4res{RcrStatus: st}}, st
 	case *nfsv4.NfsArgop4_OP_TEST_STATEID:
 		r := q.testStateid(a.OptestStateid.TsStateids)

@@ -296,9 +296,18 @@ func (c *tclient) expect(st nfsv4.Nfsstat4, ops ...nfsv4.NfsArgop4) []nfsv4.NfsR
 	return out
 }
 
-// session sets up a 4.1 client: EXCHANGE_ID, CREATE_SESSION,
-// RECLAIM_COMPLETE.
+// session sets up a 4.1 client: EXCHANGE_ID, CREATE_SESSION and, for a
+// new client id, RECLAIM_COMPLETE.
 func (c *tclient) session(owner string) {
+	c.t.Helper()
+	if !c.sessionOnly(owner) {
+		c.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	}
+}
+
+// sessionOnly is EXCHANGE_ID and CREATE_SESSION; it reports whether the
+// client id was confirmed already (the server knew the client).
+func (c *tclient) sessionOnly(owner string) (known bool) {
 	c.t.Helper()
 	res := c.raw(&nfsv4.NfsArgop4_OP_EXCHANGE_ID{OpexchangeId: nfsv4.ExchangeId4args{
 		EiaClientowner:  nfsv4.ClientOwner4{CoVerifier: [8]byte{1}, CoOwnerid: []byte(owner)},
@@ -323,7 +332,7 @@ func (c *tclient) session(owner string) {
 		c.t.Fatalf("CREATE_SESSION returned %+v", cs)
 	}
 	c.sess, c.seq = cs.CsrSessionid, 0
-	c.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	return eid.EirFlags&nfsv4.EXCHGID4_FLAG_CONFIRMED_R != 0
 }
 
 // Argument builders.

@@ -3,6 +3,7 @@ package nfs4
 import (
 	"crypto/rand"
 	"fmt"
+	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -24,6 +25,10 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	if cl != nil && cl.principal != principalOf(q.cred) {
 		// Another principal's client record: not to be taken over
 		// (RFC 7530 16.33.5).
+		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
+	}
+	if p := t.grace.reclaimable[key]; p != "" && p != principalOf(q.cred) && t.inGrace(time.Now()) {
+		// Nor one recorded for reclaim.
 		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
 	}
 	if cl == nil || cl.verifier != a.Client.Verifier {

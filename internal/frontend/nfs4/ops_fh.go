@@ -185,7 +185,11 @@ func (q *request) setattr(a *nfsv4.Setattr4args) nfsv4.Setattr4res {
 		if st != nfsv4.NFS4_OK {
 			return fail(st)
 		}
-		if !isSpecial(sid) {
+		if isSpecial(sid) {
+			if st := q.s.specialIO(q.cur, sid, true); st != nfsv4.NFS4_OK {
+				return fail(st)
+			}
+		} else {
 			io, st := q.handleFor(sid, true)
 			if st != nfsv4.NFS4_OK {
 				return fail(st)

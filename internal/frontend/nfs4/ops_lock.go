@@ -91,11 +91,22 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	if a.Reclaim {
-		return fail(nfsv4.NFS4ERR_NO_GRACE)
-	}
 	ls, fresh, st := q.lockStateFor(a.Locker)
 	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	// A reclaim during the grace period takes back a lock held before a
+	// restart; any other LOCK waits for the grace period to end.
+	t := q.s.state
+	t.mu.Lock()
+	if a.Reclaim {
+		st = t.mayReclaim(ls.owner.client)
+	} else {
+		st = t.noNewState()
+	}
+	t.mu.Unlock()
+	if st != nfsv4.NFS4_OK {
+		q.dropFresh(ls, fresh)
 		return fail(st)
 	}
 	if need := map[locks.Kind]uint32{locks.Read: nfsv4.OPEN4_SHARE_ACCESS_READ,
@@ -111,7 +122,6 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 		}
 		return fail(statusOf(err))
 	}
-	t := q.s.state
 	t.mu.Lock()
 	if !fresh {
 		ls.seq = bumpSeq(ls.seq)
@@ -162,7 +172,7 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		if ls = o.locks[lo]; ls != nil {
 			return ls, false, nfsv4.NFS4_OK
 		}
-		ls = &lockState{other: t.newOther(), seq: 1, owner: lo, open: o, ino: o.ino}
+		ls = &lockState{other: t.newOther(cl), seq: 1, owner: lo, open: o, ino: o.ino}
 		o.locks[lo] = ls
 		t.states[ls.other] = ls
 		return ls, true, nfsv4.NFS4_OK
@@ -196,6 +206,9 @@ func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
 	t := q.s.state
 	t.mu.Lock()
 	cl, st := q.clientFor(a.Owner.Clientid)
+	if st == nfsv4.NFS4_OK {
+		st = t.noNewState() // a lock not yet reclaimed would not show
+	}
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
 		return fail(st)

@@ -53,7 +53,20 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 		t.mu.Unlock()
 		return fail(st)
 	}
+	_, reclaim := a.Claim.(*nfsv4.OpenClaim4_CLAIM_PREVIOUS)
+	if reclaim {
+		st = t.mayReclaim(cl)
+	} else {
+		st = t.noNewState()
+	}
+	if st != nfsv4.NFS4_OK {
+		t.mu.Unlock()
+		return fail(st)
+	}
 	t.mu.Unlock()
+	if st := q.s.recordClient(q.ctx, cl); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
 
 	var (
 		h       *vfs.Handle
@@ -84,20 +97,31 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 		if _, ok := a.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
 			return fail(nfsv4.NFS4ERR_INVAL)
 		}
-		at, st := q.curAttr()
-		if st != nfsv4.NFS4_OK {
+		var st nfsv4.Nfsstat4
+		if h, st = q.openCurrent(access); st != nfsv4.NFS4_OK {
 			return fail(st)
-		}
-		if st := q.openable(&at); st != nfsv4.NFS4_OK {
-			return fail(st)
-		}
-		var err error
-		if h, err = q.s.fs.Open(q.ctx, q.cred, q.cur, q.openFlags(access, q.cur)); err != nil {
-			return fail(statusOf(err))
 		}
 		ino = q.cur
 	case *nfsv4.OpenClaim4_CLAIM_PREVIOUS:
-		return fail(nfsv4.NFS4ERR_NO_GRACE) // nothing survives a restart
+		// A reclaim of an open the client held before the restart: the
+		// current filehandle is the file (RFC 8881 18.16.3). No
+		// delegation was ever granted, so none can be reclaimed.
+		if c.DelegateType != nfsv4.OPEN_DELEGATE_NONE {
+			return fail(nfsv4.NFS4ERR_RECLAIM_BAD)
+		}
+		if _, ok := a.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
+			return fail(nfsv4.NFS4ERR_INVAL)
+		}
+		var st nfsv4.Nfsstat4
+		if h, st = q.openCurrent(access); st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		ino = q.cur
+		// A reclaimed open-owner needs no OPEN_CONFIRM: it was confirmed
+		// before the restart.
+		t.mu.Lock()
+		oo.confirmed = true
+		t.mu.Unlock()
 	default:
 		return fail(nfsv4.NFS4ERR_NOTSUPP) // delegations are never granted
 	}
@@ -114,6 +138,22 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	}
 	return &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{Stateid: sid, Cinfo: cinfo, Rflags: flags,
 		Attrset: attrset.words(), Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}}}
+}
+
+// openCurrent opens the current file (CLAIM_FH, CLAIM_PREVIOUS).
+func (q *request) openCurrent(access uint32) (*vfs.Handle, nfsv4.Nfsstat4) {
+	at, st := q.curAttr()
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	if st := q.openable(&at); st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	h, err := q.s.fs.Open(q.ctx, q.cred, q.cur, q.openFlags(access, q.cur))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return h, nfsv4.NFS4_OK
 }
 
 // openable checks that an object can be opened: only regular files can.
@@ -261,7 +301,10 @@ func (s *Server) addOpen(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs
 		return nfsv4.Stateid4{}, false, nfsv4.NFS4ERR_EXPIRED
 	}
 	for _, o := range t.opensByIno[ino] {
-		if o.owner != oo && (o.deny&access != 0 || o.access&deny != 0) {
+		// Share reservations bind every open, the owner's own too (RFC
+		// 7530 9.9): an owner that denies writes cannot then open for
+		// writing.
+		if o.deny&access != 0 || o.access&deny != 0 {
 			t.mu.Unlock()
 			h.Release(context.Background())
 			return nfsv4.Stateid4{}, false, nfsv4.NFS4ERR_SHARE_DENIED
@@ -271,7 +314,7 @@ func (s *Server) addOpen(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs
 	o := oo.client.opens[k]
 	var spare *vfs.Handle
 	if o == nil {
-		o = &openState{other: t.newOther(), seq: 1, owner: oo, ino: ino, access: access, deny: deny, h: h,
+		o = &openState{other: t.newOther(oo.client), seq: 1, owner: oo, ino: ino, access: access, deny: deny, h: h,
 			opened: 1 << access, denied: 1 << deny, locks: map[*lockOwner]*lockState{}}
 		oo.client.opens[k] = o
 		t.states[o.other] = o

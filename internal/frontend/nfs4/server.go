@@ -68,6 +68,10 @@ type Server struct {
 
 	state   *stateTable
 	cookies *cookieCache
+	// recordMu orders the writes of client records (grace.go), so that
+	// a record removed and one written for the same owner land in the
+	// order they were decided.
+	recordMu sync.Mutex
 
 	inflight chan struct{} // server-wide request slots
 
@@ -105,6 +109,9 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	copy(s.writeVerf[:], seed[:8])
 	s.boot = binary.BigEndian.Uint32(seed[8:]) | 1
 	s.state = newStateTable(s.boot)
+	if err := s.startGrace(ctx); err != nil {
+		return nil, fmt.Errorf("nfs server: %w", err)
+	}
 	s.reaperWG.Add(1)
 	go s.reap()
 	return s, nil
@@ -194,7 +201,8 @@ func (s *Server) dropConn(c *conn) {
 }
 
 // Close stops every listener and connection and releases all open files
-// and locks the clients held.
+// and locks the clients held, keeping their records so that they may
+// reclaim them from the next server on this file system.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -215,8 +223,13 @@ func (s *Server) Close() error {
 	}
 	close(s.stop)
 	s.reaperWG.Wait()
+	// The clients' records stay in stable storage: to them this is a
+	// restart, after which they reclaim (grace.go).
 	for _, cl := range s.state.allClients() {
-		s.expire(cl)
+		s.state.mu.Lock()
+		opens := s.state.removeClient(cl)
+		s.state.mu.Unlock()
+		s.releaseClient(cl.id, opens)
 	}
 	return nil
 }

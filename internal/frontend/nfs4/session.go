@@ -50,12 +50,25 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 	defer t.mu.Unlock()
 	flags := uint32(nfsv4.EXCHGID4_FLAG_USE_NON_PNFS)
 	conf := t.confirmed[key]
+	principal := principalOf(q.cred)
+	upd := a.EiaFlags&nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0
 	var cl *client
+	// A client record is bound to the principal that made it (RFC 8881
+	// 18.35.5): another principal may not update it (NFS4ERR_PERM) nor
+	// replace it while it holds state or sessions (NFS4ERR_CLID_INUSE),
+	// nor take over an owner recorded for reclaim during the grace
+	// period.
 	switch {
-	case conf != nil && conf.verifier == a.EiaClientowner.CoVerifier:
+	case conf != nil && conf.principal != principal && upd:
+		return fail(nfsv4.NFS4ERR_PERM)
+	case conf != nil && conf.principal != principal && (len(conf.opens) > 0 || len(conf.sessions) > 0):
+		return fail(nfsv4.NFS4ERR_CLID_INUSE)
+	case t.inGrace(time.Now()) && t.grace.reclaimable[key] != "" && t.grace.reclaimable[key] != principal:
+		return fail(nfsv4.NFS4ERR_CLID_INUSE)
+	case conf != nil && conf.principal == principal && conf.verifier == a.EiaClientowner.CoVerifier:
 		cl = conf
 		flags |= nfsv4.EXCHGID4_FLAG_CONFIRMED_R
-	case a.EiaFlags&nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0:
+	case upd:
 		if conf == nil {
 			return fail(nfsv4.NFS4ERR_NOENT)
 		}
@@ -67,6 +80,7 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 			t.removeClient(old)
 		}
 		cl = q.s.newClient(key, a.EiaClientowner.CoVerifier, true)
+		cl.principal = principal
 		t.unconfirmed[key] = cl
 	}
 	cl.renew()
@@ -277,11 +291,29 @@ func (q *request) destroyClientID(id uint64) nfsv4.Nfsstat4 {
 	return nfsv4.NFS4_OK
 }
 
-// reclaimComplete: there is no grace period (locks and opens do not
-// survive a restart), so there is nothing to reclaim.
-func (q *request) reclaimComplete() nfsv4.Nfsstat4 {
+// reclaimComplete ends the client's reclaims (RFC 8881 18.51): it may
+// reclaim nothing more, and once every client recorded by the previous
+// instance has sent it the grace period ends (grace.go). A second one is
+// NFS4ERR_COMPLETE_ALREADY. One for a single file system (rca_one_fs, after
+// a migration) is accepted and changes nothing: this server has one file
+// system and never migrates it.
+func (q *request) reclaimComplete(oneFS bool) nfsv4.Nfsstat4 {
 	if q.sess == nil {
 		return nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+	}
+	if oneFS {
+		return nfsv4.NFS4_OK
+	}
+	t := q.s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cl := q.client
+	if cl.reclaimDone {
+		return nfsv4.NFS4ERR_COMPLETE_ALREADY
+	}
+	cl.reclaimDone = true
+	if t.heldOnBehalf(cl) {
+		t.grace.completed[cl.key] = true
 	}
 	return nfsv4.NFS4_OK
 }

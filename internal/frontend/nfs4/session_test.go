@@ -146,3 +146,41 @@ func TestOpIllegalFirstWithoutASessionIsOpIllegal(t *testing.T) {
 		t.Fatalf("result %T, want OP_ILLEGAL's", res.Resarray[0])
 	}
 }
+
+// A 4.1 client record is bound to the principal that made it (issue 11;
+// RFC 8881 18.35.5): another principal cannot update it (NFS4ERR_PERM)
+// nor take it over while it has a session (NFS4ERR_CLID_INUSE); once it
+// has neither state nor sessions, another principal's EXCHANGE_ID makes a
+// new record with a new client id.
+func TestExchangeIDFromAnotherPrincipalCannotTakeOverAClient(t *testing.T) {
+	e := newEnv(t, Options{})
+	owner := e.dial(1, userCred)
+	owner.session("bound")
+	exchange := func(c *tclient, flags uint32) *nfsv4.Compound4res {
+		return c.raw(&nfsv4.NfsArgop4_OP_EXCHANGE_ID{OpexchangeId: nfsv4.ExchangeId4args{
+			EiaClientowner: nfsv4.ClientOwner4{CoVerifier: [8]byte{1}, CoOwnerid: []byte("bound")},
+			EiaFlags:       flags, EiaStateProtect: &nfsv4.StateProtect4A_SP4_NONE{}}})
+	}
+	intruder := e.dial(1, authSys(1001, 1001))
+	if res := exchange(intruder, 0); res.Status != nfsv4.NFS4ERR_CLID_INUSE {
+		t.Errorf("EXCHANGE_ID of a client with a session, by another principal: %s, want NFS4ERR_CLID_INUSE", nfsv4.Nfsstat4_name[res.Status])
+	}
+	if res := exchange(intruder, nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A); res.Status != nfsv4.NFS4ERR_PERM {
+		t.Errorf("an update of another principal's client: %s, want NFS4ERR_PERM", nfsv4.Nfsstat4_name[res.Status])
+	}
+	// The owner itself is still known, with its client id.
+	if res := exchange(e.dial(1, userCred), 0); res.Status != nfsv4.NFS4_OK ||
+		res.Resarray[0].(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK).EirResok4.EirClientid != owner.clientID {
+		t.Errorf("the owner's own EXCHANGE_ID: %s, or another client id", nfsv4.Nfsstat4_name[res.Status])
+	}
+
+	owner.do(&nfsv4.NfsArgop4_OP_DESTROY_SESSION{OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: owner.sess}})
+	res := exchange(intruder, 0)
+	if res.Status != nfsv4.NFS4_OK {
+		t.Fatalf("EXCHANGE_ID of an idle client's owner by another principal: %s", nfsv4.Nfsstat4_name[res.Status])
+	}
+	eid := res.Resarray[0].(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK).EirResok4
+	if eid.EirClientid == owner.clientID || eid.EirFlags&nfsv4.EXCHGID4_FLAG_CONFIRMED_R != 0 {
+		t.Errorf("the replacing record kept client id %#x (flags %#x)", eid.EirClientid, eid.EirFlags)
+	}
+}

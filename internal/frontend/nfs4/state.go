@@ -15,9 +15,10 @@ import (
 // stateTable is all protocol state of a server: clients, sessions, open
 // and lock states. One mutex guards it; it is never held across a vfs call.
 type stateTable struct {
-	mu   sync.Mutex
-	boot uint32
-	next uint64
+	mu        sync.Mutex
+	boot      uint32
+	next      uint64
+	nextState uint32 // last stateid number handed out (newOther)
 
 	clients     map[uint64]*client
 	confirmed   map[string]*client // by owner key (clientKey)
@@ -31,14 +32,27 @@ type stateTable struct {
 	// the owner, so that a retransmission of that CLOSE is answered from
 	// the owner's reply cache (seqid.go).
 	closed map[[12]byte]*openOwner
+
+	// gone holds the low 32 bits of the ids of clients whose lease
+	// expired or whose reboot replaced them, with the time, so that their
+	// stateids are NFS4ERR_EXPIRED rather than NFS4ERR_BAD_STATEID. The
+	// reaper forgets entries after goneMemory.
+	gone map[uint32]time.Time
+
+	grace graceState // grace.go
 }
+
+// goneMemory is how long the stateids of an expired client are told
+// apart from stateids never issued.
+const goneMemory = time.Hour
 
 func newStateTable(boot uint32) *stateTable {
 	return &stateTable{boot: boot, clients: map[uint64]*client{},
 		confirmed: map[string]*client{}, unconfirmed: map[string]*client{},
 		sessions: map[[16]byte]*session{}, states: map[[12]byte]any{},
 		opensByIno: map[vfs.Ino][]*openState{}, lockOwners: map[uint64]*lockOwner{},
-		closed: map[[12]byte]*openOwner{}}
+		closed: map[[12]byte]*openOwner{}, gone: map[uint32]time.Time{},
+		grace: graceState{reclaimable: map[string]string{}, completed: map[string]bool{}}}
 }
 
 // client is one client instance: an EXCHANGE_ID (4.1) or SETCLIENTID
@@ -52,6 +66,11 @@ type client struct {
 	principal   string  // who made the record (AUTH_SYS uid and gid), see principalOf
 	confirmVerf [8]byte // 4.0: SETCLIENTID_CONFIRM's verifier
 	lastRenew   time.Time
+	// recorded: the client's record is in stable storage (grace.go), so
+	// it may be granted opens and locks.
+	recorded bool
+	// reclaimDone: 4.1 RECLAIM_COMPLETE was sent.
+	reclaimDone bool
 
 	// 4.1: the csa_sequence the next CREATE_SESSION carries, and the
 	// reply to the last one, for a retransmission.
@@ -136,14 +155,28 @@ func (t *stateTable) newID() uint64 {
 	return uint64(t.boot)<<32 | t.next&0xffffffff
 }
 
-// newOther returns a fresh stateid "other" field. Requires t.mu.
-func (t *stateTable) newOther() [12]byte {
+// newOther returns a fresh stateid "other" field for a state of client
+// cl: the boot prefix (a stateid of an earlier instance is stale), the low
+// 32 bits of the client id (one of an expired client is expired) and a
+// stateid number. The numbers wrap after 2^32 stateids of one instance;
+// one still in use is skipped, so two live states never share an other.
+// Requires t.mu.
+func (t *stateTable) newOther(cl *client) [12]byte {
 	var o [12]byte
 	binary.BigEndian.PutUint32(o[:], t.boot)
-	t.next++
-	binary.BigEndian.PutUint64(o[4:], t.next)
-	return o
+	binary.BigEndian.PutUint32(o[4:], uint32(cl.id))
+	for {
+		t.nextState++
+		binary.BigEndian.PutUint32(o[8:], t.nextState)
+		if _, used := t.states[o]; !used {
+			return o
+		}
+	}
 }
+
+// stateidClient is the low 32 bits of the id of the client a stateid of
+// this instance was issued to.
+func stateidClient(other [12]byte) uint32 { return binary.BigEndian.Uint32(other[4:]) }
 
 func sid(other [12]byte, seq uint32) nfsv4.Stateid4 { return nfsv4.Stateid4{Seqid: seq, Other: other} }
 
@@ -188,6 +221,9 @@ func (t *stateTable) removeOpen(o *openState) []*lockState {
 // returns its open states, whose handles the caller releases. Requires t.mu.
 func (t *stateTable) removeClient(cl *client) []*openState {
 	delete(t.clients, cl.id)
+	if cl.confirmed {
+		t.gone[uint32(cl.id)] = time.Now()
+	}
 	if t.confirmed[cl.key] == cl {
 		delete(t.confirmed, cl.key)
 	}
@@ -251,6 +287,7 @@ func (s *Server) expire(cl *client) {
 	}
 	opens := s.state.removeClient(cl)
 	s.state.mu.Unlock()
+	s.forgetClient(cl)
 	s.releaseClient(cl.id, opens)
 }
 
@@ -317,6 +354,19 @@ func (s *Server) reap() {
 				s.log.Info("client lease expired; releasing its opens and locks", "client", cl.id)
 				s.expire(cl)
 			}
+			s.pruneRecords()
+			s.forgetGone(now)
+		}
+	}
+}
+
+// forgetGone drops the expired clients remembered longer than goneMemory.
+func (s *Server) forgetGone(now time.Time) {
+	s.state.mu.Lock()
+	defer s.state.mu.Unlock()
+	for id, at := range s.state.gone {
+		if now.Sub(at) > goneMemory {
+			delete(s.state.gone, id)
 		}
 	}
 }

@@ -56,6 +56,9 @@ func (q *request) findState(s nfsv4.Stateid4) (any, nfsv4.Nfsstat4) {
 	}
 	x, ok := t.states[s.Other]
 	if !ok {
+		if _, gone := t.gone[stateidClient(s.Other)]; gone {
+			return nil, nfsv4.NFS4ERR_EXPIRED
+		}
 		return nil, nfsv4.NFS4ERR_BAD_STATEID
 	}
 	if q.client != nil && stateClient(x) != q.client {
@@ -166,6 +169,9 @@ func (q *request) handleOn(ino vfs.Ino, s nfsv4.Stateid4, write bool) (ioHandle,
 		return ioHandle{}, st
 	}
 	if isSpecial(s) {
+		if st := q.s.specialIO(ino, s, write); st != nfsv4.NFS4_OK {
+			return ioHandle{}, st
+		}
 		return q.tempHandle(ino, write)
 	}
 	t := q.s.state
@@ -195,6 +201,33 @@ func (q *request) handleOn(ino vfs.Ino, s nfsv4.Stateid4, write bool) (ioHandle,
 		return q.tempHandle(ino, false)
 	}
 	return ioHandle{h: h, done: func() { q.s.unref(o) }}, nfsv4.NFS4_OK
+}
+
+// specialIO checks I/O under a special stateid, which holds no share
+// reservation of its own: a READ with the bypass stateid always may; any
+// other waits out the grace period (a reservation not yet reclaimed could
+// forbid it) and is NFS4ERR_LOCKED when an open denies its kind of access
+// (RFC 7530 9.1.4.3, RFC 8881 8.2.3).
+func (s *Server) specialIO(ino vfs.Ino, sid nfsv4.Stateid4, write bool) nfsv4.Nfsstat4 {
+	if !write && sid.Other == bypassOther {
+		return nfsv4.NFS4_OK
+	}
+	t := s.state
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.noNewState(); st != nfsv4.NFS4_OK {
+		return st
+	}
+	deny := uint32(nfsv4.OPEN4_SHARE_DENY_READ)
+	if write {
+		deny = nfsv4.OPEN4_SHARE_DENY_WRITE
+	}
+	for _, o := range t.opensByIno[ino] {
+		if o.deny&deny != 0 {
+			return nfsv4.NFS4ERR_LOCKED
+		}
+	}
+	return nfsv4.NFS4_OK
 }
 
 // tempHandle opens the current file for one operation, with the caller's

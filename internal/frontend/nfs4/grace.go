@@ -1,0 +1,223 @@
+package nfs4
+
+import (
+	"context"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// Restart recovery (RFC 8881 8.4, RFC 7530 9.6): opens and locks live in
+// memory and die with the process, but their holders do not know that.
+// After a restart the server runs a grace period in which the clients
+// that held state may take it back (OPEN with CLAIM_PREVIOUS, LOCK with
+// reclaim set) and nobody may take new state (NFS4ERR_GRACE), so that no
+// lock is handed to someone else while its holder still believes it has
+// it.
+//
+// Which clients may reclaim is kept in stable storage: the file system's
+// kv (meta client records), one record per client owner, written and
+// synced before the client's first open is granted (recordClient) and
+// removed, durably, when its lease expires or it destroys its client id,
+// before its locks are released to others. A record names the principal
+// that made the client (principalOf), and only that principal may
+// reclaim through it.
+//
+// The grace period starts when the server starts with records left by
+// the previous instance, lasts one lease, and ends early once every
+// recorded client has sent RECLAIM_COMPLETE (a 4.0 client cannot: with
+// one recorded, the grace period runs its whole lease). When it ends, the
+// records of the clients that did not come back are removed: their state
+// is lost to them, as a client that lost its lease.
+//
+// What grace refuses: OPEN other than CLAIM_PREVIOUS, LOCK without
+// reclaim, LOCKT, and WRITE, size-changing SETATTR and (anonymous) READ
+// that use a special stateid, since they could break a share reservation
+// not yet reclaimed. Everything else (LOOKUP, GETATTR, READDIR, CREATE,
+// REMOVE, RENAME, I/O under reclaimed state) runs as usual.
+//
+// The records are those of this server alone: the kv is one process's.
+
+// graceState is the grace period's part of the state table, guarded by
+// the table's mutex.
+type graceState struct {
+	end  time.Time
+	over bool
+	// reclaimable maps the owner key of each client the previous
+	// instance recorded to the principal that made it: those may
+	// reclaim, until the grace period ends.
+	reclaimable map[string]string
+	// completed holds the reclaimable owners whose client sent
+	// RECLAIM_COMPLETE.
+	completed map[string]bool
+	// pruned: the records of clients that did not come back were
+	// removed after the grace period.
+	pruned bool
+}
+
+// startGrace loads the previous instance's client records and, if there
+// are any, starts the grace period.
+func (s *Server) startGrace(ctx context.Context) error {
+	recs, err := s.fs.Meta().ClientRecords(ctx)
+	if err != nil {
+		return err
+	}
+	g := &s.state.grace
+	for owner, principal := range recs {
+		g.reclaimable[owner] = string(principal)
+	}
+	if len(recs) == 0 {
+		g.over, g.pruned = true, true
+		return nil
+	}
+	g.end = time.Now().Add(s.lease)
+	s.log.Info("grace period: clients of the previous run may reclaim their opens and locks; new ones wait",
+		"clients", len(recs), "until", g.end.Format(time.RFC3339))
+	return nil
+}
+
+// inGrace reports whether the grace period runs, ending it when its time
+// is up or every recorded client has completed its reclaims. Requires
+// the table mutex.
+func (t *stateTable) inGrace(now time.Time) bool {
+	g := &t.grace
+	if g.over {
+		return false
+	}
+	done := true
+	for owner := range g.reclaimable {
+		if !g.completed[owner] {
+			done = false
+			break
+		}
+	}
+	if done || now.After(g.end) {
+		g.over = true
+		return false
+	}
+	return true
+}
+
+// mayReclaim checks a reclaim by client cl: NFS4ERR_NO_GRACE outside the
+// grace period, for a client the previous instance did not record (or
+// recorded for another principal), and after the client's
+// RECLAIM_COMPLETE. Requires the table mutex.
+func (t *stateTable) mayReclaim(cl *client) nfsv4.Nfsstat4 {
+	if !t.inGrace(time.Now()) {
+		return nfsv4.NFS4ERR_NO_GRACE
+	}
+	principal, ok := t.grace.reclaimable[cl.key]
+	if !ok || principal != cl.principal || cl.reclaimDone {
+		return nfsv4.NFS4ERR_NO_GRACE
+	}
+	return nfsv4.NFS4_OK
+}
+
+// noNewState is NFS4ERR_GRACE while the grace period runs: a request for
+// new state (or I/O outside any) waits until reclaims are over. Requires
+// the table mutex.
+func (t *stateTable) noNewState() nfsv4.Nfsstat4 {
+	if t.inGrace(time.Now()) {
+		return nfsv4.NFS4ERR_GRACE
+	}
+	return nfsv4.NFS4_OK
+}
+
+// graceCheck is noNewState, taking the table mutex.
+func (s *Server) graceCheck() nfsv4.Nfsstat4 {
+	s.state.mu.Lock()
+	defer s.state.mu.Unlock()
+	return s.state.noNewState()
+}
+
+// heldOnBehalf reports whether the previous instance recorded cl's owner
+// for cl's principal, so its record is in stable storage already.
+// Requires the table mutex.
+func (t *stateTable) heldOnBehalf(cl *client) bool {
+	p, ok := t.grace.reclaimable[cl.key]
+	return ok && p == cl.principal
+}
+
+// recordClient makes sure cl's record is in stable storage before the
+// client is granted its first open: without it, a restart would not let
+// the client reclaim, or would let someone else take its locks first.
+func (s *Server) recordClient(ctx context.Context, cl *client) nfsv4.Nfsstat4 {
+	t := s.state
+	t.mu.Lock()
+	done := cl.recorded || t.heldOnBehalf(cl)
+	t.mu.Unlock()
+	if done {
+		return nfsv4.NFS4_OK
+	}
+	s.recordMu.Lock()
+	defer s.recordMu.Unlock()
+	t.mu.Lock()
+	done = cl.recorded || t.heldOnBehalf(cl)
+	t.mu.Unlock()
+	if done {
+		return nfsv4.NFS4_OK
+	}
+	if err := s.fs.Meta().PutClientRecord(ctx, cl.key, []byte(cl.principal)); err != nil {
+		s.log.Error("recording an NFS client in stable storage", "client", cl.id, "err", err)
+		return statusOf(err)
+	}
+	t.mu.Lock()
+	cl.recorded = true
+	t.mu.Unlock()
+	return nfsv4.NFS4_OK
+}
+
+// forgetClient removes the record of a client that lost its state (lease
+// expired, client id destroyed), before its locks go to others. A failure
+// is logged: the client could then reclaim after a restart, but only
+// during the grace period, in which nobody else takes locks either.
+func (s *Server) forgetClient(cl *client) {
+	t := s.state
+	t.mu.Lock()
+	recorded := cl.recorded || t.heldOnBehalf(cl)
+	if t.grace.reclaimable[cl.key] != "" {
+		delete(t.grace.reclaimable, cl.key)
+	}
+	t.mu.Unlock()
+	if !recorded {
+		return
+	}
+	s.recordMu.Lock()
+	defer s.recordMu.Unlock()
+	if err := s.fs.Meta().DeleteClientRecord(context.Background(), cl.key); err != nil {
+		s.log.Error("removing an NFS client from stable storage", "client", cl.id, "err", err)
+	}
+}
+
+// pruneRecords removes, once the grace period is over, the records of the
+// clients of the previous instance that did not come back.
+func (s *Server) pruneRecords() {
+	t := s.state
+	t.mu.Lock()
+	if t.grace.pruned || t.inGrace(time.Now()) {
+		t.mu.Unlock()
+		return
+	}
+	t.grace.pruned = true
+	var lost []string
+	for owner, principal := range t.grace.reclaimable {
+		if cl := t.confirmed[owner]; cl != nil && cl.principal == principal {
+			cl.recorded = true // its record stays: it came back
+			continue
+		}
+		lost = append(lost, owner)
+	}
+	t.grace.reclaimable = map[string]string{}
+	t.mu.Unlock()
+	if len(lost) == 0 {
+		return
+	}
+	s.recordMu.Lock()
+	defer s.recordMu.Unlock()
+	for _, owner := range lost {
+		if err := s.fs.Meta().DeleteClientRecord(context.Background(), owner); err != nil {
+			s.log.Error("removing an NFS client from stable storage", "owner", owner, "err", err)
+		}
+	}
+	s.log.Info("grace period over; clients that did not reclaim lost their state", "clients", len(lost))
+}
