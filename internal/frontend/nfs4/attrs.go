@@ -32,6 +32,7 @@ func (m attrMask) asksWriteOnly() bool {
 
 func (m attrMask) has(a int) bool { return a < 96 && m[a/32]&(1<<(a%32)) != 0 }
 func (m *attrMask) set(a int)     { m[a/32] |= 1 << (a % 32) }
+func (m *attrMask) clear(a int)   { m[a/32] &^= 1 << (a % 32) }
 
 // words returns the mask as a bitmap4 without trailing zero words.
 func (m attrMask) words() []uint32 {
@@ -77,7 +78,7 @@ var (
 		nfsv4.FATTR4_RAWDEV, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE, nfsv4.FATTR4_SPACE_TOTAL,
 		nfsv4.FATTR4_SPACE_USED, nfsv4.FATTR4_TIME_ACCESS, nfsv4.FATTR4_TIME_DELTA,
 		nfsv4.FATTR4_TIME_METADATA, nfsv4.FATTR4_TIME_MODIFY, nfsv4.FATTR4_MOUNTED_ON_FILEID,
-		nfsv4.FATTR4_SUPPATTR_EXCLCREAT)
+		nfsv4.FATTR4_SUPPATTR_EXCLCREAT, fattr4XattrSupport)
 	// writeAttrs are the attributes SETATTR and the create operations set.
 	writeAttrs = maskFrom(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_MODE, nfsv4.FATTR4_OWNER,
 		nfsv4.FATTR4_OWNER_GROUP, nfsv4.FATTR4_TIME_ACCESS_SET, nfsv4.FATTR4_TIME_MODIFY_SET)
@@ -94,14 +95,18 @@ func maskFrom(attrs ...int) attrMask {
 	return m
 }
 
-// supported is supported_attrs for a minor version.
+// supported is supported_attrs for a minor version: suppattr_exclcreat
+// from 4.1 on, xattr_support (RFC 8276, an extension of 4.2) from 4.2 on.
 func supported(minor uint32) attrMask {
 	m := readAttrs
 	for i := range m {
 		m[i] |= writeAttrs[i]
 	}
-	if minor == 0 {
-		m[nfsv4.FATTR4_SUPPATTR_EXCLCREAT/32] &^= 1 << (nfsv4.FATTR4_SUPPATTR_EXCLCREAT % 32)
+	if minor < 1 {
+		m.clear(nfsv4.FATTR4_SUPPATTR_EXCLCREAT)
+	}
+	if minor < 2 {
+		m.clear(fattr4XattrSupport)
 	}
 	return m
 }
@@ -228,6 +233,8 @@ func (q *request) encodeAttrs(a *vfs.Attr, req attrMask) nfsv4.Fattr4 {
 			putTime(&b, a.Mtime)
 		case nfsv4.FATTR4_SUPPATTR_EXCLCREAT:
 			b.bitmap(exclAttrs.words())
+		case fattr4XattrSupport:
+			b.bool(true) // every object takes xattrs (xattr.go)
 		}
 		return true
 	})

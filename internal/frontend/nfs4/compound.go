@@ -41,6 +41,12 @@ type request struct {
 	replay   *seqReply
 }
 
+// operation is one decoded operation: a go-xdr nfsv4.NfsArgop4 or, for
+// the operations go-xdr does not know, an *xattrArgs.
+type operation interface {
+	GetArgop() nfsv4.NfsOpnum4
+}
+
 // opResult is one encoded operation result.
 type opResult interface {
 	WriteTo(io.Writer) (int64, error)
@@ -109,8 +115,19 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 			status = nfsv4.NFS4ERR_OP_ILLEGAL
 			break
 		}
-		r.Seek(-4, io.SeekCurrent)
-		op, _, err := nfsv4.ReadNfsArgop4(r)
+		var (
+			op  operation
+			err error
+		)
+		if isXattrOp(opnum) {
+			// go-xdr does not know RFC 8276's operations (xattr.go).
+			var n int
+			op, n, err = decodeXattrArgs(opnum, args[len(args)-r.Len():])
+			r.Seek(int64(n), io.SeekCurrent)
+		} else {
+			r.Seek(-4, io.SeekCurrent)
+			op, _, err = nfsv4.ReadNfsArgop4(r)
+		}
 		if err != nil {
 			results = append(results, rawResult{opnum, nfsv4.NFS4ERR_BADXDR})
 			status = nfsv4.NFS4ERR_BADXDR
@@ -141,7 +158,7 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 // A 4.0 operation that repeats its owner's last seqid is answered with
 // the reply that request got; one that consumes the next seqid keeps its
 // reply for such a repeat.
-func (q *request) run(op nfsv4.NfsArgop4) (res opResult, st nfsv4.Nfsstat4, cached []byte) {
+func (q *request) run(op operation) (res opResult, st nfsv4.Nfsstat4, cached []byte) {
 	q.seqOwner, q.replay = nil, nil
 	defer func() {
 		if p := recover(); p != nil {
@@ -186,6 +203,8 @@ func known(minor uint32, op nfsv4.NfsOpnum4) bool {
 	case op >= nfsv4.OP_BACKCHANNEL_CTL && op <= nfsv4.OP_RECLAIM_COMPLETE:
 		return minor >= 1
 	case op >= nfsv4.OP_ALLOCATE && op <= nfsv4.OP_CLONE:
+		return minor >= 2
+	case isXattrOp(op): // RFC 8276
 		return minor >= 2
 	}
 	return false

@@ -7,7 +7,7 @@ import (
 // dispatch runs one decoded operation (SEQUENCE excepted, see run) and
 // wraps its result. Every operation is one method of request with the
 // operation's arguments in and its result union out.
-func (q *request) dispatch(op nfsv4.NfsArgop4) (opResult, nfsv4.Nfsstat4) {
+func (q *request) dispatch(op operation) (opResult, nfsv4.Nfsstat4) {
 	switch a := op.(type) {
 	// Filehandles and attributes (ops_fh.go).
 	case *nfsv4.NfsArgop4_OP_PUTROOTFH:
@@ -112,6 +112,10 @@ func (q *request) dispatch(op nfsv4.NfsArgop4) (opResult, nfsv4.Nfsstat4) {
 	case *nfsv4.NfsArgop4_OP_COPY:
 		r := q.copy(&a.Opcopy)
 		return &nfsv4.NfsResop4_OP_COPY{Opcopy: r}, r.GetCrStatus()
+
+	// Extended attributes, RFC 8276 (xattr.go).
+	case *xattrArgs:
+		return q.xattr(a)
 
 	// Byte-range locks (ops_lock.go).
 	case *nfsv4.NfsArgop4_OP_LOCK:

@@ -1,7 +1,8 @@
 // Package nfs4 is the NFSv4 front end of bucketfs: an NFSv4.1 server (with
-// the NFSv4.0 forms and the useful NFSv4.2 operations) over the vfs API, on
-// the XDR types of github.com/buildbarn/go-xdr. It holds no file system
-// logic: every name, permission, byte and byte-range lock is a vfs call.
+// the NFSv4.0 forms and the useful NFSv4.2 operations, extended attributes
+// included) over the vfs API, on the XDR types of
+// github.com/buildbarn/go-xdr. It holds no file system logic: every name,
+// permission, byte, extended attribute and byte-range lock is a vfs call.
 //
 // # Layers
 //
@@ -20,6 +21,12 @@
 // per-request value (the current and saved filehandles, the current
 // stateid, the session slot) until one fails. Each operation is one method
 // with the same shape, grouped by area in the ops_*.go files.
+//
+// Extended attributes (RFC 8276, xattr.go) are 4.2 operations go-xdr does
+// not know: their arguments are decoded and their results encoded by hand,
+// and in 4.0 and 4.1 they are NFS4ERR_OP_ILLEGAL like any unknown
+// operation. An NFS xattr name is a vfs name in the "user." namespace
+// without the prefix; no other namespace is visible over NFS.
 //
 // # State
 //

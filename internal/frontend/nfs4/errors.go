@@ -58,3 +58,20 @@ func statusOf(err error) nfsv4.Nfsstat4 {
 	}
 	return nfsv4.NFS4ERR_IO
 }
+
+// xattrErrnoStatus overrides errnoStatus for the extended attribute
+// operations (RFC 8276): there ENODATA is a name that is not set, E2BIG a
+// value over the limit, ERANGE a name vfs refused for its length.
+var xattrErrnoStatus = map[syscall.Errno]nfsv4.Nfsstat4{
+	syscall.ENODATA: nfs4errNoxattr,
+	syscall.E2BIG:   nfs4errXattr2big,
+	syscall.ERANGE:  nfsv4.NFS4ERR_NAMETOOLONG,
+}
+
+// statusOfXattr maps an error from a vfs xattr call to an NFSv4 status.
+func statusOfXattr(err error) nfsv4.Nfsstat4 {
+	if st, ok := xattrErrnoStatus[vfs.Errno(err)]; ok {
+		return st
+	}
+	return statusOf(err)
+}

@@ -165,6 +165,10 @@ type tclient struct {
 	clientID uint64
 	sess     [16]byte
 	seq      uint32 // slot 0's last sequence id
+
+	// maxResponse is the fore channel's ca_maxresponsesize session asks
+	// for (0: 1 MiB).
+	maxResponse uint32
 }
 
 func authSys(uid, gid uint32, groups ...uint32) rpcv2.OpaqueAuth {
@@ -223,6 +227,21 @@ func encodeArgs(tag string, minor uint32, ops []nfsv4.NfsArgop4) []byte {
 	return b.Bytes()
 }
 
+// encodeRawArgs encodes a COMPOUND4args of go-xdr operations and of
+// operations encoded by hand (rawOp, for RFC 8276's, which go-xdr does
+// not know).
+func encodeRawArgs(tag string, minor uint32, ops []io.WriterTo) []byte {
+	var b xdrBuf
+	b.str(tag)
+	b.u32(minor)
+	b.u32(uint32(len(ops)))
+	buf := bytes.NewBuffer(b)
+	for _, op := range ops {
+		op.WriteTo(buf)
+	}
+	return buf.Bytes()
+}
+
 func decodeRes(t testing.TB, b []byte) *nfsv4.Compound4res {
 	t.Helper()
 	var res nfsv4.Compound4res
@@ -230,6 +249,47 @@ func decodeRes(t testing.TB, b []byte) *nfsv4.Compound4res {
 		t.Fatalf("decode COMPOUND reply: %v", err)
 	}
 	return &res
+}
+
+// result is one operation result of a reply decodeReply decoded: res for
+// the operations go-xdr knows, x for RFC 8276's (xattr_test.go).
+type result struct {
+	res nfsv4.NfsResop4
+	x   *xattrRes
+}
+
+// decodeReply decodes a COMPOUND4res that may hold results of RFC 8276
+// operations, which go-xdr's decoder refuses.
+func decodeReply(t testing.TB, b []byte) (nfsv4.Nfsstat4, []result) {
+	t.Helper()
+	x := xdrReader{b: b}
+	status := nfsv4.Nfsstat4(x.u32())
+	x.opaque(nfsv4.NFS4_OPAQUE_LIMIT) // tag
+	n := x.u32()
+	if x.err != nil {
+		t.Fatalf("decode COMPOUND reply header: %v", x.err)
+	}
+	var out []result
+	for range n {
+		if len(x.b) < 4 {
+			t.Fatalf("COMPOUND reply ends after %d of %d results", len(out), n)
+		}
+		if isXattrOp(nfsv4.NfsOpnum4(binary.BigEndian.Uint32(x.b))) {
+			out = append(out, result{x: decodeXattrRes(t, &x)})
+			continue
+		}
+		r := bytes.NewReader(x.b)
+		res, _, err := nfsv4.ReadNfsResop4(r)
+		if err != nil {
+			t.Fatalf("decode result %d: %v", len(out), err)
+		}
+		x.b = x.b[len(x.b)-r.Len():]
+		out = append(out, result{res: res})
+	}
+	if len(x.b) != 0 {
+		t.Fatalf("%d bytes after the last result", len(x.b))
+	}
+	return status, out
 }
 
 // raw sends a COMPOUND as given (no SEQUENCE added).
@@ -240,6 +300,12 @@ func (c *tclient) raw(ops ...nfsv4.NfsArgop4) *nfsv4.Compound4res {
 
 func (c *tclient) rawBytes(args []byte) *nfsv4.Compound4res {
 	c.t.Helper()
+	return decodeRes(c.t, c.compound(args))
+}
+
+// compound sends an encoded COMPOUND and returns the encoded reply.
+func (c *tclient) compound(args []byte) []byte {
+	c.t.Helper()
 	body, res := c.rpc(nfsProgram, 4, 1, args)
 	acc, ok := body.(*rpcv2.ReplyBody_MSG_ACCEPTED)
 	if !ok {
@@ -248,7 +314,7 @@ func (c *tclient) rawBytes(args []byte) *nfsv4.Compound4res {
 	if st := acc.Areply.ReplyData.GetStat(); st != rpcv2.SUCCESS {
 		c.t.Fatalf("RPC accept status %d", st)
 	}
-	return decodeRes(c.t, res)
+	return res
 }
 
 // seqOp is the next SEQUENCE on slot 0.
@@ -320,7 +386,11 @@ func (c *tclient) sessionOnly(owner string) (known bool) {
 		c.t.Fatalf("EXCHANGE_ID flags %#x", eid.EirFlags)
 	}
 	c.clientID = eid.EirClientid
-	attrs := nfsv4.ChannelAttrs4{CaMaxrequestsize: 1 << 20, CaMaxresponsesize: 1 << 20,
+	maxResp := uint32(1 << 20)
+	if c.maxResponse != 0 {
+		maxResp = c.maxResponse
+	}
+	attrs := nfsv4.ChannelAttrs4{CaMaxrequestsize: 1 << 20, CaMaxresponsesize: maxResp,
 		CaMaxresponsesizeCached: 8 << 10, CaMaxoperations: 16, CaMaxrequests: 8}
 	res = c.raw(&nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{
 		CsaClientid: c.clientID, CsaSequence: eid.EirSequenceid, CsaForeChanAttrs: attrs, CsaBackChanAttrs: attrs}})

@@ -153,6 +153,16 @@ func (q *request) access(want uint32) nfsv4.Access4res {
 	} else {
 		add(nfsv4.ACCESS4_EXECUTE, cached(&x, 1))
 	}
+	if q.minor >= 2 {
+		// RFC 8276, by the rules of the xattr operations (xattr.go):
+		// reading a value needs read permission, setting or removing one
+		// write permission on a regular file or directory, listing
+		// nothing.
+		takesXattrs := a.IsDir() || ftype(&a) == nfsv4.NF4REG
+		add(access4XARead, cached(&r, 4))
+		add(access4XAWrite, func() bool { return takesXattrs && cached(&w, 2)() })
+		add(access4XAList, func() bool { return true })
+	}
 	return &nfsv4.Access4res_NFS4_OK{Resok4: nfsv4.Access4resok{Supported: bits, Access: allowed}}
 }
 
