@@ -29,6 +29,7 @@
 //
 // Checks follow POSIX on mode, uid and gid with the caller's credentials
 // (Cred); uid 0 passes read and write checks and needs one execute bit for
-// execute. FUSE only tells the caller's primary group, so supplementary
-// groups are honoured only where a front end supplies them (NFS AUTH_SYS).
+// execute. A caller is in the groups its Cred names, primary and
+// supplementary; the front ends supply them (NFS from AUTH_SYS, FUSE from
+// /proc, as FUSE requests carry only the primary group).
 package vfs

@@ -29,7 +29,7 @@ func (s *server) file(fh uint64) *vfs.Handle {
 func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, h, err := s.fs.Create(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
+	a, h, err := s.fs.Create(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
 	if err != nil {
 		return status(err)
 	}
@@ -54,7 +54,7 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if s.deletedInBucket(ctx, ino) {
 		return fuse.Status(syscall.ESTALE)
 	}
-	h, err := s.fs.Open(ctx, cred(&in.InHeader), ino, in.Flags)
+	h, err := s.fs.Open(ctx, s.cred(&in.InHeader), ino, in.Flags)
 	if errors.Is(err, syscall.ENOENT) && s.deletedInBucket(ctx, ino) {
 		return fuse.Status(syscall.ESTALE)
 	}
@@ -64,7 +64,7 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
 		// An O_TRUNC by someone without CAP_FSETID, when the kernel
 		// hands the truncate to the open.
-		if err := s.fs.DropSetID(ctx, cred(&in.InHeader), ino); err != nil {
+		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), ino); err != nil {
 			h.Release(ctx)
 			return status(err)
 		}
@@ -135,7 +135,7 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	ctx, done := uninterrupted()
 	defer done()
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		if err := s.fs.DropSetID(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
+		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
 			return 0, status(err)
 		}
 	}

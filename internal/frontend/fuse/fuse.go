@@ -1,7 +1,8 @@
 // Package fuse serves a vfs.FS to the kernel over FUSE with go-fuse's raw
 // protocol interface. It holds no file system logic: each request becomes
-// one vfs call with the caller's uid and gid, and FUSE node ids are the
-// engine's inode numbers (root is 1 in both).
+// one vfs call with the caller's uid, gid and supplementary groups (which
+// FUSE does not pass: they are read from /proc, see callers), and FUSE node
+// ids are the engine's inode numbers (root is 1 in both).
 //
 // vfs checks permissions itself, the same way for FUSE and NFS. The mount
 // also uses the kernel's default_permissions: the kernel resolves names it
@@ -50,6 +51,7 @@ type server struct {
 	srv     *fuse.Server
 	attrTTL time.Duration
 	notes   *notifier
+	callers *callers
 }
 
 // Mount mounts fs at mountpoint and serves it until Unmount. The returned
@@ -75,7 +77,7 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
 	s := &server{RawFileSystem: fuse.NewDefaultRawFileSystem(), fs: fs, opts: opts,
-		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}, notes: newNotifier()}
+		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}, notes: newNotifier(), callers: newCallers()}
 	mo := &fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "bucketfs",
@@ -257,7 +259,8 @@ func (n *notifier) close() {
 	}
 }
 
-func cred(h *fuse.InHeader) vfs.Cred { return vfs.Cred{Uid: h.Uid, Gid: h.Gid} }
+// cred is the identity the request in h runs as.
+func (s *server) cred(h *fuse.InHeader) vfs.Cred { return s.callers.cred(h) }
 
 func status(err error) fuse.Status {
 	if err == nil {
@@ -302,7 +305,7 @@ func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
 func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	a, err := s.fs.Lookup(ctx, cred(h), vfs.Ino(h.NodeId), name)
+	a, err := s.fs.Lookup(ctx, s.cred(h), vfs.Ino(h.NodeId), name)
 	if errors.Is(err, syscall.ENOENT) {
 		// A negative entry the kernel may cache briefly.
 		out.NodeId = 0
@@ -364,7 +367,7 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if v&fuse.FATTR_FH != 0 {
 		req.Handle = s.file(in.Fh)
 	}
-	a, err := s.fs.SetAttr(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), req)
+	a, err := s.fs.SetAttr(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), req)
 	if err != nil {
 		return status(err)
 	}
@@ -376,27 +379,27 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Mknod(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
+	a, err := s.fs.Mknod(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Mkdir(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
+	a, err := s.fs.Mkdir(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.Unlink(ctx, cred(h), vfs.Ino(h.NodeId), name))
+	return status(s.fs.Unlink(ctx, s.cred(h), vfs.Ino(h.NodeId), name))
 }
 
 func (s *server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.Rmdir(ctx, cred(h), vfs.Ino(h.NodeId), name))
+	return status(s.fs.Rmdir(ctx, s.cred(h), vfs.Ino(h.NodeId), name))
 }
 
 func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
@@ -412,20 +415,20 @@ func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if in.Flags&^3 != 0 {
 		return fuse.EINVAL // RENAME_WHITEOUT is for overlay file systems
 	}
-	return status(s.fs.Rename(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), oldName, vfs.Ino(in.Newdir), newName, flags))
+	return status(s.fs.Rename(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), oldName, vfs.Ino(in.Newdir), newName, flags))
 }
 
 func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Link(ctx, cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
+	a, err := s.fs.Link(ctx, s.cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Symlink(ctx, cred(h), vfs.Ino(h.NodeId), name, target)
+	a, err := s.fs.Symlink(ctx, s.cred(h), vfs.Ino(h.NodeId), name, target)
 	return s.entry(a, err, out)
 }
 
@@ -439,13 +442,13 @@ func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fus
 func (s *server) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
-	return status(s.fs.Access(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), in.Mask&7))
+	return status(s.fs.Access(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), in.Mask&7))
 }
 
 func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	v, err := s.fs.GetXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr)
+	v, err := s.fs.GetXattr(ctx, s.cred(h), vfs.Ino(h.NodeId), attr)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -458,7 +461,7 @@ func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string,
 func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	names, err := s.fs.ListXattr(ctx, cred(h), vfs.Ino(h.NodeId))
+	names, err := s.fs.ListXattr(ctx, s.cred(h), vfs.Ino(h.NodeId))
 	if err != nil {
 		return 0, status(err)
 	}
@@ -476,13 +479,13 @@ func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte
 func (s *server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.SetXattr(ctx, cred(&in.InHeader), vfs.Ino(in.NodeId), attr, data, int(in.Flags)))
+	return status(s.fs.SetXattr(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), attr, data, int(in.Flags)))
 }
 
 func (s *server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.RemoveXattr(ctx, cred(h), vfs.Ino(h.NodeId), attr))
+	return status(s.fs.RemoveXattr(ctx, s.cred(h), vfs.Ino(h.NodeId), attr))
 }
 
 func (s *server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
