@@ -28,10 +28,17 @@ type request struct {
 	hasCurSid        bool
 	hasSavedSid      bool
 
-	// 4.1: the session and slot of the SEQUENCE that opened the request.
-	sess   *session
-	slot   *slot
-	client *client
+	// 4.1: the session and slot of the SEQUENCE that opened the request,
+	// and whether it asked for its reply to be cached (sa_cachethis).
+	sess      *session
+	slot      *slot
+	client    *client
+	cacheThis bool
+
+	// The COMPOUND's size: its operation count and the RPC record's
+	// bytes (checked against the session's limits by SEQUENCE).
+	count   uint32
+	reqSize int
 
 	// 4.0: the state-owner whose seqid the running operation consumes
 	// and the seqid it consumes (seqid.go), or the cached reply that
@@ -47,10 +54,23 @@ type operation interface {
 	GetArgop() nfsv4.NfsOpnum4
 }
 
-// opResult is one encoded operation result.
+// opResult is one operation result, to be encoded.
 type opResult interface {
 	WriteTo(io.Writer) (int64, error)
+	GetEncodedSizeBytes() int
 }
+
+// encodedResult is an operation result encoded already: by hand (the
+// operations go-xdr does not know) or earlier (a 4.0 reply replayed from
+// an owner's cache).
+type encodedResult []byte
+
+func (r encodedResult) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(r)
+	return int64(n), err
+}
+
+func (r encodedResult) GetEncodedSizeBytes() int { return len(r) }
 
 // rawResult is an operation result that is only a status: every result
 // union's error arm has this form.
@@ -63,18 +83,26 @@ func (r rawResult) WriteTo(w io.Writer) (int64, error) {
 	var b [12]byte
 	binary.BigEndian.PutUint32(b[:], uint32(r.op))
 	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
-	n := 8
-	if r.op == nfsv4.OP_SETATTR {
-		n = 12 // SETATTR4res is a struct: an empty attrsset follows
-	}
-	m, err := w.Write(b[:n])
+	m, err := w.Write(b[:r.GetEncodedSizeBytes()])
 	return int64(m), err
 }
 
+func (r rawResult) GetEncodedSizeBytes() int {
+	if r.op == nfsv4.OP_SETATTR {
+		return 12 // SETATTR4res is a struct: an empty attrsset follows
+	}
+	return 8
+}
+
+// rpcReplyHeader is the size of an accepted RPC reply's header with an
+// AUTH_NONE verifier: what a COMPOUND reply adds to its results.
+const rpcReplyHeader = 24
+
 // compound decodes and runs one COMPOUND, operation by operation, and
-// returns its encoded COMPOUND4res. ok is false when not even the header
-// decodes (the RPC layer answers GARBAGE_ARGS).
-func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []byte) (res []byte, ok bool) {
+// returns its encoded COMPOUND4res. reqSize is the size of the RPC
+// message that carried args. ok is false when not even the header decodes
+// (the RPC layer answers GARBAGE_ARGS).
+func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []byte, reqSize int) (res []byte, ok bool) {
 	r := bytes.NewReader(args)
 	x := xdrReader{b: args}
 	tag := x.opaque(nfsv4.NFS4_OPAQUE_LIMIT)
@@ -97,9 +125,10 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 		}
 		return encodeCompound(tag, st, nil), true
 	}
-	q := &request{s: s, ctx: ctx, conn: c, cred: cred, minor: minor}
+	q := &request{s: s, ctx: ctx, conn: c, cred: cred, minor: minor, count: count, reqSize: reqSize}
 	defer q.releaseSlot(nil)
 	var results []opResult
+	size := rpcReplyHeader + 12 + (len(tag)+3)&^3 // status, tag, result count
 	status := nfsv4.Nfsstat4(nfsv4.NFS4_OK)
 	for i := uint32(0); i < count && status == nfsv4.NFS4_OK; i++ {
 		if r.Len() < 4 {
@@ -147,6 +176,13 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 			// A retransmitted request answered from the slot's cache.
 			return cached, true
 		}
+		size += res.GetEncodedSizeBytes()
+		if st := q.replyFits(size); st != nfsv4.NFS4_OK {
+			// The operation ran, but its reply does not fit the session:
+			// a client asks for no more than it can take, so this is a
+			// READ, READDIR or GETATTR of more than the reply allows.
+			res, status = rawResult{opnum, st}, st
+		}
 		results = append(results, res)
 	}
 	out := encodeCompound(tag, status, results)
@@ -175,7 +211,7 @@ func (q *request) run(op operation) (res opResult, st nfsv4.Nfsstat4, cached []b
 		if r.fh != 0 {
 			q.setCur(r.fh)
 		}
-		return replayResult(r.res), r.status, nil
+		return encodedResult(r.res), r.status, nil
 	}
 	return res, st, nil
 }

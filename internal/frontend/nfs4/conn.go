@@ -13,7 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+
+	"bucketfs/internal/vfs"
 )
 
 // conn is one client connection. One goroutine (serve) reads records; each
@@ -178,13 +181,50 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_SUCCESS{}, nil), nil
 	case 1: // COMPOUND
 		args := rec[len(rec)-r.Len():]
-		res, ok := s.compound(ctx, c, cred, args)
+		res, ok := s.compoundOnce(ctx, c, msg.Xid, cred, args, len(rec))
 		if !ok {
 			return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.GARBAGE_ARGS}, nil), nil
 		}
 		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_SUCCESS{}, res), nil
 	}
 	return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.PROC_UNAVAIL}, nil), nil
+}
+
+// compoundOnce is compound, through the duplicate request cache for
+// 4.0 (drc.go).
+func (s *Server) compoundOnce(ctx context.Context, c *conn, xid uint32, cred vfs.Cred, args []byte, size int) ([]byte, bool) {
+	if c == nil || compoundMinor(args) != 0 {
+		return s.compound(ctx, c, cred, args, size)
+	}
+	k, ok := s.drc.key(c.nc.RemoteAddr(), xid, cred, args)
+	if !ok {
+		return s.compound(ctx, c, cred, args, size)
+	}
+	e, first := s.drc.begin(k)
+	if !first {
+		if reply := e.wait(ctx); reply != nil {
+			return reply, true
+		}
+		return s.compound(ctx, c, cred, args, size)
+	}
+	res, ok := s.compound(ctx, c, cred, args, size)
+	if !ok {
+		res = nil
+	}
+	s.drc.finish(k, e, res)
+	return res, ok
+}
+
+// compoundMinor is a COMPOUND's minor version, or -1 when its header does
+// not decode.
+func compoundMinor(args []byte) int64 {
+	x := xdrReader{b: args}
+	x.opaque(nfsv4.NFS4_OPAQUE_LIMIT)
+	minor := x.u32()
+	if x.err != nil {
+		return -1
+	}
+	return int64(minor)
 }
 
 func accepted(xid uint32, data rpcv2.AcceptedReplyData, results []byte) []byte {

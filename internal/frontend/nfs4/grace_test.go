@@ -188,6 +188,8 @@ func TestANFSv40ClientReclaimsItsLockAfterARestart(t *testing.T) {
 	// out its lease; then the other client finds the lock held.
 	seq := uint32(2)
 	waitFor(t, func() bool {
+		// The holder renews its lease meanwhile, as a live client does.
+		c.do(&nfsv4.NfsArgop4_OP_RENEW{Oprenew: nfsv4.Renew4args{Clientid: c.clientID}})
 		_, st := other.call(putroot(), openArgs(other, seq, "o", "ledger40", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
 		seq++
 		if st != nfsv4.NFS4_OK && st != nfsv4.NFS4ERR_GRACE {

@@ -169,6 +169,10 @@ type tclient struct {
 	// maxResponse is the fore channel's ca_maxresponsesize session asks
 	// for (0: 1 MiB).
 	maxResponse uint32
+	// fore, if set, is the whole fore channel session asks for.
+	fore *nfsv4.ChannelAttrs4
+	// cacheThis is sa_cachethis of the SEQUENCEs seqOp makes.
+	cacheThis bool
 }
 
 func authSys(uid, gid uint32, groups ...uint32) rpcv2.OpaqueAuth {
@@ -321,7 +325,7 @@ func (c *tclient) compound(args []byte) []byte {
 func (c *tclient) seqOp() nfsv4.NfsArgop4 {
 	c.seq++
 	return &nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: nfsv4.Sequence4args{SaSessionid: c.sess,
-		SaSequenceid: c.seq, SaSlotid: 0, SaHighestSlotid: 0, SaCachethis: true}}
+		SaSequenceid: c.seq, SaSlotid: 0, SaHighestSlotid: 0, SaCachethis: c.cacheThis}}
 }
 
 // call sends ops (after a SEQUENCE in 4.1) and returns the results after
@@ -392,8 +396,12 @@ func (c *tclient) sessionOnly(owner string) (known bool) {
 	}
 	attrs := nfsv4.ChannelAttrs4{CaMaxrequestsize: 1 << 20, CaMaxresponsesize: maxResp,
 		CaMaxresponsesizeCached: 8 << 10, CaMaxoperations: 16, CaMaxrequests: 8}
+	back := attrs
+	if c.fore != nil {
+		attrs = *c.fore
+	}
 	res = c.raw(&nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{
-		CsaClientid: c.clientID, CsaSequence: eid.EirSequenceid, CsaForeChanAttrs: attrs, CsaBackChanAttrs: attrs}})
+		CsaClientid: c.clientID, CsaSequence: eid.EirSequenceid, CsaForeChanAttrs: attrs, CsaBackChanAttrs: back}})
 	if res.Status != nfsv4.NFS4_OK {
 		c.t.Fatalf("CREATE_SESSION: %s", nfsv4.Nfsstat4_name[res.Status])
 	}

@@ -2,7 +2,6 @@ package nfs4
 
 import (
 	"bytes"
-	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -34,14 +33,6 @@ type seqReply struct {
 // seqReplay is the status an operation returns when checkOwnerSeq found a
 // retransmission. It is never sent: run answers with the cached reply.
 const seqReplay nfsv4.Nfsstat4 = -1
-
-// replayResult is a cached operation result, already encoded.
-type replayResult []byte
-
-func (r replayResult) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(r)
-	return int64(n), err
-}
 
 // newSeqOwner starts the ordering of a new owner whose first request
 // carries seqid.

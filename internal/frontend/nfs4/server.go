@@ -68,6 +68,7 @@ type Server struct {
 
 	state   *stateTable
 	cookies *cookieCache
+	drc     *drc // 4.0 duplicate request cache (drc.go)
 	// recordMu orders the writes of client records (grace.go), so that
 	// a record removed and one written for the same owner land in the
 	// order they were decided.
@@ -100,7 +101,7 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	fsid := fs.Meta().Fsid()
 	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), fhKey: key, opts: opts,
 		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime,
-		cookies:   newCookieCache(cookieCacheCap),
+		cookies:   newCookieCache(cookieCacheCap), drc: newDRC(),
 		inflight:  make(chan struct{}, serverInflight),
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		stop: make(chan struct{})}

@@ -128,8 +128,19 @@ func (q *request) createSession(a *nfsv4.CreateSession4args) nfsv4.CreateSession
 		t.mu.Unlock()
 		return fail(nfsv4.NFS4ERR_SEQ_MISORDERED)
 	}
-	fc := a.CsaForeChanAttrs
-	if fc.CaMaxrequests == 0 || fc.CaMaxrequestsize < 256 || fc.CaMaxresponsesize < 256 {
+	const knownFlags = nfsv4.CREATE_SESSION4_FLAG_PERSIST | nfsv4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN |
+		nfsv4.CREATE_SESSION4_FLAG_CONN_RDMA
+	if a.CsaFlags&^uint32(knownFlags) != 0 {
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	// Channels too small to carry a request and its reply (the fore
+	// channel a COMPOUND with SEQUENCE, the back channel a CB_COMPOUND
+	// with CB_SEQUENCE and one callback, were there callbacks) are
+	// NFS4ERR_TOOSMALL (RFC 8881 18.36.3).
+	fc, bc := a.CsaForeChanAttrs, a.CsaBackChanAttrs
+	if fc.CaMaxrequests == 0 || fc.CaMaxrequestsize < 256 || fc.CaMaxresponsesize < 256 ||
+		bc.CaMaxrequests == 0 || bc.CaMaxrequestsize < 256 || bc.CaMaxresponsesize < 128 || bc.CaMaxoperations < 2 {
 		t.mu.Unlock()
 		return fail(nfsv4.NFS4ERR_TOOSMALL)
 	}
@@ -173,6 +184,14 @@ func (q *request) sequence(a *nfsv4.Sequence4args) (opResult, nfsv4.Nfsstat4, []
 	if se == nil {
 		return fail(nfsv4.NFS4ERR_BADSESSION)
 	}
+	// The request must keep to the limits the session negotiated (RFC
+	// 8881 18.46.3), checked before the slot is used.
+	if q.count > se.fore.CaMaxoperations {
+		return fail(nfsv4.NFS4ERR_TOO_MANY_OPS)
+	}
+	if q.reqSize > int(se.fore.CaMaxrequestsize) {
+		return fail(nfsv4.NFS4ERR_REQ_TOO_BIG)
+	}
 	if a.SaSlotid >= uint32(len(se.slots)) {
 		return fail(nfsv4.NFS4ERR_BADSLOT)
 	}
@@ -198,7 +217,7 @@ func (q *request) sequence(a *nfsv4.Sequence4args) (opResult, nfsv4.Nfsstat4, []
 	sl.busy = true
 	sl.reply = nil
 	se.client.renew()
-	q.sess, q.slot, q.client = se, sl, se.client
+	q.sess, q.slot, q.client, q.cacheThis = se, sl, se.client, a.SaCachethis
 	high := uint32(len(se.slots) - 1)
 	return &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: nfsv4.Sequence4resok{
 		SrSessionid: se.id, SrSequenceid: a.SaSequenceid, SrSlotid: a.SaSlotid,
@@ -214,13 +233,40 @@ func (q *request) releaseSlot(reply []byte) {
 	}
 	t := q.s.state
 	t.mu.Lock()
-	if limit := min(max(int(q.sess.fore.CaMaxresponsesizeCached), 4096), maxCachedReply); reply != nil && len(reply) <= limit {
+	if limit := max(q.sess.cachedLimit(), 4096); reply != nil && len(reply) <= limit {
 		q.slot.reply = bytes.Clone(reply)
 	}
 	q.slot.busy = false
 	q.client.renew()
 	t.mu.Unlock()
 	q.slot = nil
+}
+
+// cachedLimit is the largest reply the session promised to cache: its
+// ca_maxresponsesize_cached, or 4096 bytes for a client that stated none
+// (0). Replies up to 4096 bytes are kept even when the client asked for
+// less, so that a retransmission finds them.
+func (se *session) cachedLimit() int {
+	if se.fore.CaMaxresponsesizeCached == 0 {
+		return 4096
+	}
+	return int(se.fore.CaMaxresponsesizeCached)
+}
+
+// replyFits checks a reply of size bytes (RPC header included) against the
+// session's limits (RFC 8881 2.10.6.4): NFS4ERR_REP_TOO_BIG over
+// ca_maxresponsesize, NFS4ERR_REP_TOO_BIG_TO_CACHE over what the slot
+// caches when the client asked for the reply to be cached.
+func (q *request) replyFits(size int) nfsv4.Nfsstat4 {
+	switch {
+	case q.sess == nil:
+		return nfsv4.NFS4_OK
+	case size > int(q.sess.fore.CaMaxresponsesize):
+		return nfsv4.NFS4ERR_REP_TOO_BIG
+	case q.cacheThis && size > q.sess.cachedLimit():
+		return nfsv4.NFS4ERR_REP_TOO_BIG_TO_CACHE
+	}
+	return nfsv4.NFS4_OK
 }
 
 // needSession checks that a 4.1 request runs in a session (4.0 has none).

@@ -1,6 +1,7 @@
 package nfs4
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -182,5 +183,85 @@ func TestExchangeIDFromAnotherPrincipalCannotTakeOverAClient(t *testing.T) {
 	eid := res.Resarray[0].(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK).EirResok4
 	if eid.EirClientid == owner.clientID || eid.EirFlags&nfsv4.EXCHGID4_FLAG_CONFIRMED_R != 0 {
 		t.Errorf("the replacing record kept client id %#x (flags %#x)", eid.EirClientid, eid.EirFlags)
+	}
+}
+
+// A session's negotiated limits are enforced (issue 11; RFC 8881 18.46.3,
+// 2.10.6.4): more operations than ca_maxoperations, a request over
+// ca_maxrequestsize, a reply over ca_maxresponsesize, and a reply the
+// client wants cached over ca_maxresponsesize_cached each get their error.
+func TestTheSessionsChannelLimitsAreEnforced(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.fore = &nfsv4.ChannelAttrs4{CaMaxrequestsize: 2048, CaMaxresponsesize: 2048,
+		CaMaxresponsesizeCached: 600, CaMaxoperations: 8, CaMaxrequests: 4}
+	c.session("limited")
+	fh, sid := openFile(t, c, "o", "limits")
+	c.do(putfh(fh), writeOp(sid, 0, bytes.Repeat([]byte("x"), 1500), nfsv4.FILE_SYNC4))
+
+	seqStatus := func(res *nfsv4.Compound4res) nfsv4.Nfsstat4 {
+		t.Helper()
+		if len(res.Resarray) == 0 {
+			t.Fatalf("no results, status %s", nfsv4.Nfsstat4_name[res.Status])
+		}
+		return res.Resarray[0].(*nfsv4.NfsResop4_OP_SEQUENCE).Opsequence.GetSrStatus()
+	}
+	ops := []nfsv4.NfsArgop4{c.seqOp()}
+	for range 8 {
+		ops = append(ops, putroot())
+	}
+	if st := seqStatus(c.raw(ops...)); st != nfsv4.NFS4ERR_TOO_MANY_OPS {
+		t.Errorf("9 operations in a session of 8: SEQUENCE %s, want NFS4ERR_TOO_MANY_OPS", nfsv4.Nfsstat4_name[st])
+	}
+	c.seq-- // the refused request used no slot sequence
+	if st := seqStatus(c.raw(c.seqOp(), putfh(fh), writeOp(sid, 0, bytes.Repeat([]byte("y"), 2048), nfsv4.FILE_SYNC4))); st != nfsv4.NFS4ERR_REQ_TOO_BIG {
+		t.Errorf("a 2 KiB write in a session of 2 KiB requests: SEQUENCE %s, want NFS4ERR_REQ_TOO_BIG", nfsv4.Nfsstat4_name[st])
+	}
+	c.seq--
+	// Each READ fits alone; three do not fit one reply.
+	out, st := c.call(putfh(fh), readOp(sid, 0, 700), readOp(sid, 0, 700), readOp(sid, 0, 700))
+	if st != nfsv4.NFS4ERR_REP_TOO_BIG || len(out) != 4 {
+		t.Errorf("three 700-byte READs in a reply of 2 KiB: %s after %d results, want NFS4ERR_REP_TOO_BIG at the third READ",
+			nfsv4.Nfsstat4_name[st], len(out))
+	}
+	// A reply the client wants cached must fit the cache.
+	c.do(putfh(fh), readOp(sid, 0, 700))
+	c.cacheThis = true
+	c.expect(nfsv4.NFS4ERR_REP_TOO_BIG_TO_CACHE, putfh(fh), readOp(sid, 0, 700))
+	c.do(putfh(fh), readOp(sid, 0, 100))
+}
+
+// CREATE_SESSION refuses unknown flags (NFS4ERR_INVAL) and a back channel
+// too small to carry a callback (NFS4ERR_TOOSMALL), as it refuses such a
+// fore channel (issue 11; RFC 8881 18.36.3).
+func TestCreateSessionRefusesUnknownFlagsAndUnusableChannels(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	res := c.raw(&nfsv4.NfsArgop4_OP_EXCHANGE_ID{OpexchangeId: nfsv4.ExchangeId4args{
+		EiaClientowner:  nfsv4.ClientOwner4{CoVerifier: [8]byte{1}, CoOwnerid: []byte("creating")},
+		EiaStateProtect: &nfsv4.StateProtect4A_SP4_NONE{}}})
+	eid := res.Resarray[0].(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK).EirResok4
+	good := nfsv4.ChannelAttrs4{CaMaxrequestsize: 1 << 20, CaMaxresponsesize: 1 << 20,
+		CaMaxresponsesizeCached: 8 << 10, CaMaxoperations: 16, CaMaxrequests: 8}
+	create := func(flags uint32, back nfsv4.ChannelAttrs4) nfsv4.Nfsstat4 {
+		return c.raw(&nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{
+			CsaClientid: eid.EirClientid, CsaSequence: eid.EirSequenceid, CsaFlags: flags,
+			CsaForeChanAttrs: good, CsaBackChanAttrs: back}}).Status
+	}
+	if st := create(0x100, good); st != nfsv4.NFS4ERR_INVAL {
+		t.Errorf("CREATE_SESSION with an unknown flag: %s, want NFS4ERR_INVAL", nfsv4.Nfsstat4_name[st])
+	}
+	for name, back := range map[string]nfsv4.ChannelAttrs4{
+		"no slots":          {CaMaxrequestsize: 4096, CaMaxresponsesize: 4096, CaMaxoperations: 4, CaMaxrequests: 0},
+		"one operation":     {CaMaxrequestsize: 4096, CaMaxresponsesize: 4096, CaMaxoperations: 1, CaMaxrequests: 1},
+		"16-byte requests":  {CaMaxrequestsize: 16, CaMaxresponsesize: 4096, CaMaxoperations: 4, CaMaxrequests: 1},
+		"16-byte responses": {CaMaxrequestsize: 4096, CaMaxresponsesize: 16, CaMaxoperations: 4, CaMaxrequests: 1},
+	} {
+		if st := create(0, back); st != nfsv4.NFS4ERR_TOOSMALL {
+			t.Errorf("CREATE_SESSION with a back channel of %s: %s, want NFS4ERR_TOOSMALL", name, nfsv4.Nfsstat4_name[st])
+		}
+	}
+	if st := create(nfsv4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN, good); st != nfsv4.NFS4_OK {
+		t.Errorf("CREATE_SESSION with good attributes: %s", nfsv4.Nfsstat4_name[st])
 	}
 }

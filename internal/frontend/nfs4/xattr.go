@@ -2,7 +2,6 @@ package nfs4
 
 import (
 	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -105,14 +104,6 @@ func decodeXattrArgs(op nfsv4.NfsOpnum4, b []byte) (*xattrArgs, int, error) {
 		return nil, 0, x.err
 	}
 	return a, len(b) - len(x.b), nil
-}
-
-// encodedResult is an operation result encoded by hand.
-type encodedResult []byte
-
-func (r encodedResult) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(r)
-	return int64(n), err
 }
 
 // xattrOK starts the encoding of op's NFS4_OK result.
