@@ -101,7 +101,7 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	fsid := fs.Meta().Fsid()
 	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), fhKey: key, opts: opts,
 		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime,
-		cookies:   newCookieCache(cookieCacheCap), drc: newDRC(),
+		cookies: newCookieCache(cookieCacheCap), drc: newDRC(),
 		inflight:  make(chan struct{}, serverInflight),
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		stop: make(chan struct{})}
