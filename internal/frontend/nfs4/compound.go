@@ -22,6 +22,8 @@ type request struct {
 	conn  *conn
 	cred  vfs.Cred
 	minor uint32
+	// principal is the caller's, for client records (auth.go).
+	principal string
 
 	cur, saved       vfs.Ino // 0: no filehandle
 	curSid, savedSid nfsv4.Stateid4
@@ -102,7 +104,7 @@ const rpcReplyHeader = 24
 // returns its encoded COMPOUND4res. reqSize is the size of the RPC
 // message that carried args. ok is false when not even the header decodes
 // (the RPC layer answers GARBAGE_ARGS).
-func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []byte, reqSize int) (res []byte, ok bool) {
+func (s *Server) compound(ctx context.Context, c *conn, who caller, args []byte, reqSize int) (res []byte, ok bool) {
 	r := bytes.NewReader(args)
 	x := xdrReader{b: args}
 	tag := x.opaque(nfsv4.NFS4_OPAQUE_LIMIT)
@@ -125,7 +127,7 @@ func (s *Server) compound(ctx context.Context, c *conn, cred vfs.Cred, args []by
 		}
 		return encodeCompound(tag, st, nil), true
 	}
-	q := &request{s: s, ctx: ctx, conn: c, cred: cred, minor: minor, count: count, reqSize: reqSize}
+	q := &request{s: s, ctx: ctx, conn: c, cred: who.cred, principal: who.principal, minor: minor, count: count, reqSize: reqSize}
 	defer q.releaseSlot(nil)
 	var results []opResult
 	size := rpcReplyHeader + 12 + (len(tag)+3)&^3 // status, tag, result count

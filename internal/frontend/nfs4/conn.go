@@ -15,8 +15,6 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
-
-	"bucketfs/internal/vfs"
 )
 
 // conn is one client connection. One goroutine (serve) reads records; each
@@ -164,7 +162,7 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 		rej.MismatchInfo.Low, rej.MismatchInfo.High = 2, 2
 		return denied(msg.Xid, rej), nil
 	}
-	cred, stat := s.credOf(&call.Cred)
+	who, stat := s.credOf(&call.Cred)
 	if stat != rpcv2.AUTH_OK {
 		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: stat}), nil
 	}
@@ -181,7 +179,7 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_SUCCESS{}, nil), nil
 	case 1: // COMPOUND
 		args := rec[len(rec)-r.Len():]
-		res, ok := s.compoundOnce(ctx, c, msg.Xid, cred, args, len(rec))
+		res, ok := s.compoundOnce(ctx, c, msg.Xid, who, args, len(rec))
 		if !ok {
 			return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.GARBAGE_ARGS}, nil), nil
 		}
@@ -192,22 +190,22 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 
 // compoundOnce is compound, through the duplicate request cache for
 // 4.0 (drc.go).
-func (s *Server) compoundOnce(ctx context.Context, c *conn, xid uint32, cred vfs.Cred, args []byte, size int) ([]byte, bool) {
+func (s *Server) compoundOnce(ctx context.Context, c *conn, xid uint32, who caller, args []byte, size int) ([]byte, bool) {
 	if c == nil || compoundMinor(args) != 0 {
-		return s.compound(ctx, c, cred, args, size)
+		return s.compound(ctx, c, who, args, size)
 	}
-	k, ok := s.drc.key(c.nc.RemoteAddr(), xid, cred, args)
+	k, ok := s.drc.key(c.nc.RemoteAddr(), xid, who, args)
 	if !ok {
-		return s.compound(ctx, c, cred, args, size)
+		return s.compound(ctx, c, who, args, size)
 	}
 	e, first := s.drc.begin(k)
 	if !first {
 		if reply := e.wait(ctx); reply != nil {
 			return reply, true
 		}
-		return s.compound(ctx, c, cred, args, size)
+		return s.compound(ctx, c, who, args, size)
 	}
-	res, ok := s.compound(ctx, c, cred, args, size)
+	res, ok := s.compound(ctx, c, who, args, size)
 	if !ok {
 		res = nil
 	}

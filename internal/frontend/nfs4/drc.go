@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"bucketfs/internal/vfs"
 )
 
 // The duplicate request cache of NFSv4.0. A 4.0 client that loses a
@@ -53,17 +51,17 @@ type drc struct {
 func newDRC() *drc { return &drc{seed: maphash.MakeSeed(), entries: map[drcKey]*drcEntry{}} }
 
 // key names a call from addr: its xid, the caller and the arguments.
-func (d *drc) key(addr net.Addr, xid uint32, cred vfs.Cred, args []byte) (drcKey, bool) {
+func (d *drc) key(addr net.Addr, xid uint32, who caller, args []byte) (drcKey, bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil {
 		return drcKey{}, false
 	}
 	var h maphash.Hash
 	h.SetSeed(d.seed)
-	var ids [8]byte
-	binary.BigEndian.PutUint32(ids[:], cred.Uid)
-	binary.BigEndian.PutUint32(ids[4:], cred.Gid)
-	h.Write(ids[:])
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(who.principal)))
+	h.Write(n[:])
+	h.WriteString(who.principal)
 	h.Write(args)
 	return drcKey{addr: ap.Addr().Unmap(), xid: xid, sum: h.Sum64()}, true
 }

@@ -82,7 +82,7 @@ func FuzzCompound(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, ok := e.srv.compound(t.Context(), nil, rootVfsCred, data, len(data))
+		out, ok := e.srv.compound(t.Context(), nil, caller{cred: rootVfsCred}, data, len(data))
 		if strings.Contains(logs.String(), "panic") {
 			t.Fatalf("an operation panicked:\n%s", logs.String())
 		}

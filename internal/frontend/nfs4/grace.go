@@ -20,7 +20,7 @@ import (
 // synced before the client's first open is granted (recordClient) and
 // removed, durably, when its lease expires or it destroys its client id,
 // before its locks are released to others. A record names the principal
-// that made the client (principalOf), and only that principal may
+// that made the client (caller.principal), and only that principal may
 // reclaim through it.
 //
 // The grace period starts when the server starts with records left by

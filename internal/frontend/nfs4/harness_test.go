@@ -176,7 +176,12 @@ type tclient struct {
 }
 
 func authSys(uid, gid uint32, groups ...uint32) rpcv2.OpaqueAuth {
-	p := rpcv2.AuthsysParms{Machinename: "test", Uid: uid, Gid: gid, Gids: groups}
+	return authSysOn("test", uid, gid, groups...)
+}
+
+// authSysOn is authSys from another machine name.
+func authSysOn(machine string, uid, gid uint32, groups ...uint32) rpcv2.OpaqueAuth {
+	p := rpcv2.AuthsysParms{Machinename: machine, Uid: uid, Gid: gid, Gids: groups}
 	var b bytes.Buffer
 	p.WriteTo(&b)
 	return rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: b.Bytes()}

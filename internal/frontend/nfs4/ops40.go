@@ -2,12 +2,9 @@ package nfs4
 
 import (
 	"crypto/rand"
-	"fmt"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
-
-	"bucketfs/internal/vfs"
 )
 
 // The NFSv4.0 client operations (RFC 7530 16.33, 16.34, 16.29). A 4.0
@@ -22,12 +19,12 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cl := t.confirmed[key]
-	if cl != nil && cl.principal != principalOf(q.cred) {
+	if cl != nil && cl.principal != q.principal {
 		// Another principal's client record: not to be taken over
 		// (RFC 7530 16.33.5).
 		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
 	}
-	if p := t.grace.reclaimable[key]; p != "" && p != principalOf(q.cred) && t.inGrace(time.Now()) {
+	if p := t.grace.reclaimable[key]; p != "" && p != q.principal && t.inGrace(time.Now()) {
 		// Nor one recorded for reclaim.
 		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
 	}
@@ -36,7 +33,7 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 			t.removeClient(old)
 		}
 		cl = q.s.newClient(key, a.Client.Verifier, false)
-		cl.principal = principalOf(q.cred)
+		cl.principal = q.principal
 		t.unconfirmed[key] = cl
 	}
 	cl.confirmVerf = confirm
@@ -44,10 +41,6 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	return &nfsv4.Setclientid4res_NFS4_OK{Resok4: nfsv4.Setclientid4resok{
 		Clientid: cl.id, SetclientidConfirm: confirm}}
 }
-
-// principalOf names the principal of an AUTH_SYS credential, to which a
-// client record is bound: its uid and gid.
-func principalOf(c vfs.Cred) string { return fmt.Sprintf("sys:%d:%d", c.Uid, c.Gid) }
 
 func (q *request) setclientidConfirm(a *nfsv4.SetclientidConfirm4args) nfsv4.Nfsstat4 {
 	t := q.s.state

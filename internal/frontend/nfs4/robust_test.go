@@ -28,7 +28,7 @@ func TestUnknownOperationIsIllegalAndEndsTheCompound(t *testing.T) {
 		b := compoundHeader(minor, 2)
 		b.u32(99) // no such operation
 		b.u32(uint32(nfsv4.OP_PUTROOTFH))
-		out, ok := e.srv.compound(t.Context(), nil, rootVfsCred, b, len(b))
+		out, ok := e.srv.compound(t.Context(), nil, caller{cred: rootVfsCred}, b, len(b))
 		if !ok {
 			t.Fatal("header did not decode")
 		}
@@ -73,7 +73,7 @@ func TestTruncatedArgumentsAreBadXDR(t *testing.T) {
 	e := newEnv(t, Options{})
 	full := encodeArgs("x", 0, []nfsv4.NfsArgop4{putroot(), lookup("some-name"), getattr(testAttrMask...)})
 	for n := 0; n < len(full); n++ {
-		out, ok := e.srv.compound(t.Context(), nil, rootVfsCred, full[:n], n)
+		out, ok := e.srv.compound(t.Context(), nil, caller{cred: rootVfsCred}, full[:n], n)
 		if !ok {
 			continue // the header itself is cut: GARBAGE_ARGS
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 )
 
 // setclientid40 registers and confirms a 4.0 client.
@@ -203,12 +204,16 @@ func TestNFSv40SetclientidFromAnotherPrincipalIsClidInuse(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := e.dial(0, userCred)
 	c.setclientid40("shared-id")
-	other := e.dial(0, authSys(1001, 1001))
-	res := other.raw(&nfsv4.NfsArgop4_OP_SETCLIENTID{Opsetclientid: nfsv4.Setclientid4args{
-		Client:   nfsv4.NfsClientId4{Verifier: [8]byte{9}, Id: []byte("shared-id")},
-		Callback: nfsv4.CbClient4{CbLocation: nfsv4.Netaddr4{NaRNetid: "tcp", NaRAddr: "127.0.0.1.0.0"}}}})
-	if res.Status != nfsv4.NFS4ERR_CLID_INUSE {
-		t.Fatalf("SETCLIENTID of another principal's id: %s, want NFS4ERR_CLID_INUSE", nfsv4.Nfsstat4_name[res.Status])
+	// Another uid, and the same uid on another machine, are other
+	// principals.
+	for _, cred := range []rpcv2.OpaqueAuth{authSys(1001, 1001), authSysOn("elsewhere", 1000, 1000, 1000, 2000)} {
+		other := e.dial(0, cred)
+		res := other.raw(&nfsv4.NfsArgop4_OP_SETCLIENTID{Opsetclientid: nfsv4.Setclientid4args{
+			Client:   nfsv4.NfsClientId4{Verifier: [8]byte{9}, Id: []byte("shared-id")},
+			Callback: nfsv4.CbClient4{CbLocation: nfsv4.Netaddr4{NaRNetid: "tcp", NaRAddr: "127.0.0.1.0.0"}}}})
+		if res.Status != nfsv4.NFS4ERR_CLID_INUSE {
+			t.Fatalf("SETCLIENTID of another principal's id: %s, want NFS4ERR_CLID_INUSE", nfsv4.Nfsstat4_name[res.Status])
+		}
 	}
 	again := e.dial(0, userCred)
 	again.setclientid40("shared-id") // the same principal, a new connection

@@ -50,7 +50,7 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 	defer t.mu.Unlock()
 	flags := uint32(nfsv4.EXCHGID4_FLAG_USE_NON_PNFS)
 	conf := t.confirmed[key]
-	principal := principalOf(q.cred)
+	principal := q.principal
 	upd := a.EiaFlags&nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0
 	var cl *client
 	// A client record is bound to the principal that made it (RFC 8881

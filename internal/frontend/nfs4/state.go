@@ -63,7 +63,7 @@ type client struct {
 	verifier    [8]byte
 	minor41     bool
 	confirmed   bool
-	principal   string  // who made the record (AUTH_SYS uid and gid), see principalOf
+	principal   string  // who made the record (caller.principal)
 	confirmVerf [8]byte // 4.0: SETCLIENTID_CONFIRM's verifier
 	lastRenew   time.Time
 	// recorded: the client's record is in stable storage (grace.go), so
