@@ -35,10 +35,13 @@
 // ops40.go), their sessions with slot tables and reply caches
 // (session.go), open owners and their open states (each holding one
 // vfs.Handle), lock owners and their lock states (the locks themselves
-// live in vfs, owned by locks.Owner{ID: lock owner, Client: client id}). Stateids name open and lock states; a
-// stateid's "other" field is a random per-boot prefix and a counter, so
-// stateids from an earlier server instance are recognisably stale. The
-// mutex is never held across a vfs call.
+// // live in vfs, owned by locks.Owner{ID: lock owner, Client: client id}).
+// Stateids name open and lock states; a stateid's "other" field is a
+// random per-boot prefix, the client's id and a counter, so a stateid from
+// an earlier server instance is recognisably stale, one of a client that
+// expired is expired, and any other unknown one bad. The mutex is never
+// held across a vfs call. A client record is bound to the principal that
+// made it (AUTH_SYS uid, gid and machine name: auth.go).
 //
 // NFSv4.0 has no sessions: each open-owner and lock-owner orders its
 // OPEN, OPEN_CONFIRM, OPEN_DOWNGRADE, CLOSE, LOCK and LOCKU requests by
@@ -47,7 +50,14 @@
 // from that reply (an OPEN's also restores the current filehandle to the
 // opened file) rather than run twice; the next one runs; any other is
 // NFS4ERR_BAD_SEQID. The stateid an owner's last CLOSE ended stays known
-// so that a retransmitted CLOSE is answered too.
+// so that a retransmitted CLOSE is answered too. Every other 4.0 request is
+// covered by a duplicate request cache keyed by client address, xid and
+// request (drc.go).
+//
+// 4.1 sessions enforce the limits negotiated at CREATE_SESSION: operation
+// count and request size at SEQUENCE, reply size (and, for replies the
+// client wants cached, the cached size) as each operation's result is
+// added.
 //
 // Byte-range locks: CLOSE releases the locks the open-owner's lock-owners
 // still hold on the file (RFC 8881 18.2.3 and RFC 7530 16.2.4 let a
@@ -67,11 +77,18 @@
 // their open handles are released and their locks dropped, so other
 // clients can take them.
 //
+// Restarts (grace.go): which clients hold state is kept in stable storage
+// (the file system's kv) before their first open is granted; a server that
+// starts with such records runs a grace period in which those clients
+// reclaim their opens and locks and nobody else takes new ones.
+//
 // # Filehandles and cookies
 //
-// A filehandle is a version byte, a hash of the file system id and the
-// inode number (fh.go). Inode numbers are never reused, so handles stay
-// valid across restarts and a handle for a deleted inode is NFS4ERR_STALE.
+// A filehandle is a version byte, a hash of the file system id, the inode
+// number and a MAC of them under a per-file-system secret (fh.go), so only
+// the server makes them. Inode numbers are never reused and the secret is
+// kept in the kv, so handles stay valid across restarts and a handle for a
+// deleted inode is NFS4ERR_STALE.
 // READDIR cookies are a hash of the entry name (readdir.go): stable across
 // restarts and concurrent changes; a small cache maps recent cookies back
 // to names so that resuming a listing of 100,000 entries never rereads it
