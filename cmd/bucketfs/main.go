@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -88,6 +89,7 @@ type options struct {
 	importThreshold, directRead, tierCap            byteSize
 	s3Listen, logLevel                              string
 	metricsListen                                   string
+	tlsCert, tlsKey                                 string
 }
 
 func defaultStateDir() string {
@@ -116,6 +118,23 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.revalTTL, "revalidate-ttl", 5*time.Second, "compare a file with the bucket on open when last compared longer ago (0: never)")
 	fs.DurationVar(&o.checkpoint, "checkpoint-interval", 5*time.Second, "make written data durable this often without an fsync, bounding what a crash loses (0: only on fsync)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address for Prometheus /metrics and the S3 event webhook /events (e.g. 127.0.0.1:9100)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain): HTTPS on --metrics-listen, and RPC-with-TLS for NFS clients (serve)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+}
+
+// certificate loads --tls-cert and --tls-key; nil when neither is given.
+func (o *options) certificate() (*tls.Certificate, error) {
+	switch {
+	case o.tlsCert == "" && o.tlsKey == "":
+		return nil, nil
+	case o.tlsCert == "" || o.tlsKey == "":
+		return nil, errors.New("--tls-cert and --tls-key go together: give both (e.g. --tls-cert server.pem --tls-key server.key)")
+	}
+	c, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return &c, nil
 }
 
 // orNever turns a flag's 0 ("never") into the engine's negative value.
@@ -132,6 +151,13 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 		TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
 		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
 		MetricsListen: o.metricsListen}
+	cert, err := o.certificate()
+	if err != nil {
+		return cfg, err
+	}
+	if cert != nil {
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	}
 	if o.bucketURL != "" {
 		b, p, err := bucket.ParseURL(o.bucketURL)
 		if err != nil {
@@ -163,8 +189,8 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 		fmt.Fprintf(stdout, "bucketfs: embedded S3 store at %s; credentials in %s\n",
 			e.Store.Endpoint, filepath.Join(e.StateDir(), "s3.env"))
 	}
-	if a := e.MetricsAddr(); a != "" {
-		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
+	if u := e.MetricsURL(); u != "" {
+		fmt.Fprintf(stdout, "bucketfs: metrics at %s/metrics, S3 event webhook at %s/events\n", u, u)
 	}
 }
 

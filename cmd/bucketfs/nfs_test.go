@@ -16,11 +16,11 @@ import (
 
 // startServe runs `bucketfs serve` on the embedded store and returns the
 // NFS port; the process is stopped with the test.
-func startServe(t *testing.T, p *fsProc) string {
+func startServe(t *testing.T, p *fsProc, flags ...string) string {
 	t.Helper()
 	nfsAddr := freeAddr(t)
-	p.cmd = exec.Command(binary, "serve", "--state-dir", p.stateDir, "--s3-listen", p.s3Addr,
-		"--nfs-listen", nfsAddr, "--root-squash=false", "--export-delay", "100ms")
+	p.cmd = exec.Command(binary, append([]string{"serve", "--state-dir", p.stateDir, "--s3-listen", p.s3Addr,
+		"--nfs-listen", nfsAddr, "--root-squash=false", "--export-delay", "100ms"}, flags...)...)
 	p.log = &bytes.Buffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +27,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	allow := fset.String("nfs-allow", "", "comma-separated client networks allowed to connect, e.g. 10.0.0.0/8,127.0.0.1/32 (default: any that reaches --nfs-listen)")
 	rootSquash := fset.Bool("root-squash", true, "map uid 0 of clients to nobody (65534); --root-squash=false trusts client root")
 	authNone := fset.Bool("allow-auth-none", false, "accept AUTH_NONE clients (as nobody)")
+	tlsRequired := fset.Bool("tls-required", false, "refuse NFS clients that do not use RPC-with-TLS (needs --tls-cert)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -40,6 +42,14 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cert, _ := o.certificate() // loaded, and checked, by config
+	if *tlsRequired && cert == nil {
+		return errors.New("--tls-required needs a certificate: give --tls-cert and --tls-key")
+	}
+	var nfsTLS *tls.Config
+	if cert != nil {
+		nfsTLS = nfs4.ServerTLSConfig(*cert)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	ln, err := net.Listen("tcp", *listen)
@@ -53,7 +63,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	defer e.Close()
 	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
-		AllowAuthNone: *authNone, Logger: log})
+		AllowAuthNone: *authNone, TLS: nfsTLS, TLSRequired: *tlsRequired, Logger: log})
 	if err != nil {
 		return err
 	}

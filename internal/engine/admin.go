@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +83,9 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		e.metricsAddr = tl.Addr().String()
+		if e.cfg.TLS != nil {
+			tl = tls.NewListener(tl, e.cfg.TLS)
+		}
 		lns = append(lns, tl)
 	}
 	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -107,6 +111,18 @@ func (e *Engine) StateDir() string { return e.cfg.StateDir }
 
 // MetricsAddr is the address the metrics listener got ("" if none).
 func (e *Engine) MetricsAddr() string { return e.metricsAddr }
+
+// MetricsURL is the base URL of the metrics listener ("" if none): https
+// when it serves TLS.
+func (e *Engine) MetricsURL() string {
+	switch {
+	case e.metricsAddr == "":
+		return ""
+	case e.cfg.TLS != nil:
+		return "https://" + e.metricsAddr
+	}
+	return "http://" + e.metricsAddr
+}
 
 // collector exports Status as Prometheus metrics at scrape time.
 type collector struct{ e *Engine }

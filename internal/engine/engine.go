@@ -8,6 +8,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,8 @@ type Config struct {
 	// MetricsListen is a TCP address for /metrics and the /events webhook
 	// ("" for none; the admin socket in the state directory serves both).
 	MetricsListen string
+	// TLS, if set, makes the MetricsListen listener serve HTTPS only.
+	TLS *tls.Config
 
 	// MetaFS, if set, is the file system the metadata store (namespace and
 	// file data) lives on instead of the operating system's. Power-loss

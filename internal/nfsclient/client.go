@@ -3,6 +3,7 @@ package nfsclient
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -50,6 +51,8 @@ type Config struct {
 	// MaxFragmentSize and MaxRecordSize are passed to the connection.
 	MaxFragmentSize int
 	MaxRecordSize   int
+	// TLS, if set, runs the connection over RPC-with-TLS (StartTLS).
+	TLS *tls.Config
 }
 
 // Client is an NFSv4 client on one connection: a client ID, and on 4.1+
@@ -75,7 +78,7 @@ type Client struct {
 func Dial(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	conn, err := DialConn(ctx, addr, ConnOptions{Auth: cfg.Auth,
-		MaxFragmentSize: cfg.MaxFragmentSize, MaxRecordSize: cfg.MaxRecordSize})
+		MaxFragmentSize: cfg.MaxFragmentSize, MaxRecordSize: cfg.MaxRecordSize, TLS: cfg.TLS})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type ConnOptions struct {
 	// MaxFragmentSize splits each outgoing record into fragments of at
 	// most this many bytes; 0 sends every record as one fragment.
 	MaxFragmentSize int
+	// TLS, if set, makes DialConn start RPC-with-TLS (StartTLS) before
+	// anything else.
+	TLS *tls.Config
 }
 
 // Conn is one ONC RPC (RFC 5531) connection over a stream transport.
@@ -76,6 +80,14 @@ func DialConn(ctx context.Context, addr string, opts ConnOptions) (*Conn, error)
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("nfsclient: dial %s: %w", addr, err)
+	}
+	if opts.TLS != nil {
+		tc, err := StartTLS(ctx, nc, opts.TLS)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
 	}
 	return NewConn(nc, opts), nil
 }

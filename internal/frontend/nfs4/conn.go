@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -22,24 +23,30 @@ import (
 // connection and serverInflight across the server, and writes its reply
 // whole under wmu.
 type conn struct {
-	s      *Server
+	s *Server
+	// raw is the TCP connection; nc the one replies go on: raw, or the
+	// TLS connection over it once the client started TLS (tls.go).
+	raw    net.Conn
 	nc     net.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
 	slots  chan struct{}
 	wg     sync.WaitGroup
 
+	// wmu serializes replies, and guards nc when startTLS replaces it.
 	wmu sync.Mutex
+	// tls: the connection runs TLS (tls.go).
+	tls atomic.Bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, slots: make(chan struct{}, connInflight)}
+	return &conn{s: s, raw: nc, nc: nc, ctx: ctx, cancel: cancel, slots: make(chan struct{}, connInflight)}
 }
 
 func (c *conn) close() {
 	c.cancel()
-	c.nc.Close()
+	c.raw.Close()
 }
 
 func (c *conn) serve() {
@@ -48,15 +55,25 @@ func (c *conn) serve() {
 		c.wg.Wait()
 		c.s.dropConn(c)
 	}()
-	br := bufio.NewReaderSize(c.nc, readBufSize)
+	br := bufio.NewReaderSize(c.raw, readBufSize)
 	for {
-		c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+		c.raw.SetReadDeadline(time.Now().Add(idleTimeout))
 		rec, err := readRecord(br, maxRecord)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
-				c.s.log.Debug("connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
+				c.s.log.Debug("connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
 			}
 			return
+		}
+		if xid, ok := tlsProbe(rec); ok {
+			// The next bytes may be a TLS handshake: answer the probe
+			// here, in order, once the calls before it are done.
+			c.wg.Wait()
+			if br, err = c.startTLS(xid, br); err != nil {
+				c.s.log.Info("RPC-with-TLS: closing the connection", "remote", c.raw.RemoteAddr().String(), "err", err)
+				return
+			}
+			continue
 		}
 		// Back pressure: stop reading while this connection or the
 		// server has too many calls in progress.
@@ -80,18 +97,14 @@ func (c *conn) serve() {
 			}()
 			reply, err := c.s.handleCall(c.ctx, c, rec)
 			if err != nil {
-				c.s.log.Debug("bad RPC record; closing the connection", "remote", c.nc.RemoteAddr().String(), "err", err)
+				c.s.log.Debug("bad RPC record; closing the connection", "remote", c.raw.RemoteAddr().String(), "err", err)
 				c.close()
 				return
 			}
 			if reply == nil {
 				return
 			}
-			c.wmu.Lock()
-			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			_, err = c.nc.Write(reply)
-			c.wmu.Unlock()
-			if err != nil {
+			if err := c.write(reply); err != nil {
 				c.close()
 			}
 		}()
@@ -162,6 +175,10 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 		rej.MismatchInfo.Low, rej.MismatchInfo.High = 2, 2
 		return denied(msg.Xid, rej), nil
 	}
+	if s.opts.TLSRequired && (c == nil || !c.tls.Load()) {
+		// Nothing but the probe (tls.go) before TLS.
+		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: rpcv2.AUTH_TOOWEAK}), nil
+	}
 	who, stat := s.credOf(&call.Cred)
 	if stat != rpcv2.AUTH_OK {
 		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: stat}), nil
@@ -194,7 +211,7 @@ func (s *Server) compoundOnce(ctx context.Context, c *conn, xid uint32, who call
 	if c == nil || compoundMinor(args) != 0 {
 		return s.compound(ctx, c, who, args, size)
 	}
-	k, ok := s.drc.key(c.nc.RemoteAddr(), xid, who, args)
+	k, ok := s.drc.key(c.raw.RemoteAddr(), xid, who, args)
 	if !ok {
 		return s.compound(ctx, c, who, args, size)
 	}

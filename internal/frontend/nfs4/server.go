@@ -3,6 +3,7 @@ package nfs4
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,7 +28,12 @@ type Options struct {
 	AllowAuthNone bool
 	// LeaseTime is the lease a client must renew (default 90s).
 	LeaseTime time.Duration
-	Logger    *slog.Logger
+	// TLS, if set, lets clients start RPC-with-TLS (tls.go;
+	// ServerTLSConfig makes one). TLSRequired refuses every call of a
+	// client that has not.
+	TLS         *tls.Config
+	TLSRequired bool
+	Logger      *slog.Logger
 }
 
 // Limits of one request and of concurrency.
