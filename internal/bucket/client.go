@@ -23,9 +23,12 @@ import (
 )
 
 const (
-	defaultRegion      = "us-east-1"
-	defaultOpTimeout   = 30 * time.Second
-	defaultMaxAttempts = 8
+	defaultRegion    = "us-east-1"
+	defaultOpTimeout = 30 * time.Second
+	// unboundedAttempts stands for "as many attempts as the operation
+	// bound allows": the bound, not a count, ends an operation against a
+	// store that is away, so that its time is the one documented.
+	unboundedAttempts = 1 << 30
 
 	// Full-jitter exponential backoff between attempts (see fullJitter).
 	backoffBase = 100 * time.Millisecond
@@ -59,7 +62,8 @@ type Config struct {
 	// data moves (default 30 s). After it the operation fails with an error
 	// wrapping ErrUnavailable.
 	OpTimeout time.Duration
-	// MaxAttempts is the number of attempts per request (default 8).
+	// MaxAttempts caps the attempts per request; 0 (the default) leaves
+	// only OpTimeout to end the retries.
 	MaxAttempts int
 }
 
@@ -108,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.opTimeout = defaultOpTimeout
 	}
 	if c.maxAttempts <= 0 {
-		c.maxAttempts = defaultMaxAttempts
+		c.maxAttempts = unboundedAttempts
 	}
 
 	// A BuildableClient (rather than a plain http.Client) lets the config

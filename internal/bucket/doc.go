@@ -28,8 +28,9 @@
 //   - ErrPrecondition: an If-Match/If-None-Match condition failed (412), or a
 //     concurrent conditional write won (409 ConditionalRequestConflict).
 //   - ErrUnavailable: the store did not answer usefully within the
-//     operation's bound (Config.OpTimeout) or after Config.MaxAttempts
-//     attempts: connection errors, 5xx, SlowDown and other throttling.
+//     operation's bound (Config.OpTimeout), or after Config.MaxAttempts
+//     attempts when a cap is set: connection errors, 5xx, SlowDown and
+//     other throttling.
 //   - ErrNotVersioned: CheckVersioning found versioning off or suspended.
 //
 // A cancelled caller context yields an error wrapping context.Canceled (or
@@ -37,9 +38,10 @@
 //
 // # Retries and the operation bound
 //
-// Each request is retried by the SDK's standard retryer, configured with
-// Config.MaxAttempts and full-jitter exponential backoff (100 ms base, 5 s
-// cap), with no client-wide retry quota so that one busy period cannot make
+// Each request is retried by the SDK's standard retryer, with full-jitter
+// exponential backoff (100 ms base, 5 s cap), as often as the operation
+// bound allows (Config.MaxAttempts can cap it), with no client-wide retry
+// quota so that one busy period cannot make
 // later, unrelated operations fail without trying. Over all attempts, one
 // logical operation may go at most Config.OpTimeout without progress; for
 // operations that move object data (Put, PutParts, and reading a Get body)

@@ -209,3 +209,28 @@ func TestReadAtResumesATransferThatBreaksOff(t *testing.T) {
 		t.Errorf("Stats %+v: want 2 GETs and %d bytes read", s, len(p))
 	}
 }
+
+// A store that refuses every connection fails an operation only after the
+// operation bound, not after a number of attempts that may take far less
+// (issue 12: reads failed after 3 to 19 s with a 30 s bound). The bound
+// here is longer than eight attempts' backoff can take.
+func TestARefusingStoreIsRetriedForTheWholeOperationBound(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const bound = 12 * time.Second
+	c := unreachableClient(t, "http://"+addr, bound)
+	start := time.Now()
+	_, err = c.Head(context.Background(), "k", "")
+	elapsed := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Head: %v, want ErrUnavailable", err)
+	}
+	if elapsed < bound*9/10 || elapsed > bound+3*time.Second {
+		t.Errorf("Head failed after %v, want about the bound, %v", elapsed, bound)
+	}
+}

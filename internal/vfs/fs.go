@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -123,18 +124,26 @@ func (fs *FS) IsOpen(ino Ino) bool {
 func (fs *FS) now() int64 { return time.Now().UnixNano() }
 
 // Errno maps an error from any layer to the errno a front end returns.
+// Store and network errors come first: an operation that needed a store it
+// could not reach is EIO whatever errno the socket gave (ECONNRESET,
+// ECONNREFUSED, EPIPE are the network's, not the caller's).
 func Errno(err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
-	var e syscall.Errno
+	var (
+		e      syscall.Errno
+		netErr *net.OpError // not net.Error: every syscall.Errno is one
+	)
 	switch {
-	case errors.As(err, &e):
-		return e
 	case errors.Is(err, bucket.ErrNotFound):
 		return syscall.EIO // the object behind a known inode vanished
 	case errors.Is(err, bucket.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return syscall.EIO
+	case errors.As(err, &netErr):
+		return syscall.EIO
+	case errors.As(err, &e):
+		return e
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	case errors.Is(err, os.ErrNotExist):
