@@ -39,7 +39,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "bucketfs")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	// -buildvcs=auto: stamp the revision when this is a git checkout,
+	// as a user's build is (the environment may turn it off).
+	out, err := exec.Command("go", "build", "-buildvcs=auto", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build bucketfs: %v\n%s", err, out)
 		os.Exit(1)

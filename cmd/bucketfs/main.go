@@ -22,7 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +33,37 @@ import (
 )
 
 const version = "0.1.0-dev"
+
+// versionLine is the version with what the build info says of the source:
+// the VCS revision (and whether the tree had changes), the time of that
+// commit, and the Go release.
+func versionLine() string {
+	s := "bucketfs " + version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return s
+	}
+	var rev, at, dirty string
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			rev = kv.Value
+		case "vcs.time":
+			at = kv.Value
+		case "vcs.modified":
+			if kv.Value == "true" {
+				dirty = " with uncommitted changes"
+			}
+		}
+	}
+	switch {
+	case rev != "":
+		s += fmt.Sprintf(" (revision %.12s%s, committed %s)", rev, dirty, at)
+	case bi.Main.Version != "" && bi.Main.Version != "(devel)":
+		s += " (module " + bi.Main.Version + ")" // go install bucketfs@version
+	}
+	return s + ", " + bi.GoVersion
+}
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -59,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "flush":
 		return flush(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "bucketfs", version)
+		fmt.Fprintln(stdout, versionLine())
 		return nil
 	case "help", "-h", "--help":
 		usage(stdout)
@@ -108,15 +139,15 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "state directory (metadata, tier, embedded store)")
 	fs.StringVar(&o.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX]; empty runs the embedded store")
 	fs.StringVar(&o.endpoint, "endpoint", "", "S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-	fs.DurationVar(&o.exportDelay, "export-delay", 60*time.Second, "quiet period before a changed file is exported")
+	durationVar(fs, &o.exportDelay, "export-delay", 60*time.Second, "", "quiet period before a changed file is exported")
 	fs.Var(&o.importThreshold, "import-threshold", "files smaller than this are copied into the tier on first access")
 	fs.Var(&o.directRead, "direct-read-size", "files at least this large are streamed from the bucket")
 	fs.Var(&o.tierCap, "tier-capacity", "tier size limit; clean data beyond it is evicted (0: no limit)")
 	fs.StringVar(&o.s3Listen, "s3-listen", "127.0.0.1:0", "address of the embedded S3 store")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&o.pollInterval, "poll-interval", 10*time.Second, "re-list recently used directories this often to find bucket-side changes (0: never)")
-	fs.DurationVar(&o.revalTTL, "revalidate-ttl", 5*time.Second, "compare a file with the bucket on open when last compared longer ago (0: never)")
-	fs.DurationVar(&o.checkpoint, "checkpoint-interval", 5*time.Second, "make written data durable this often without an fsync, bounding what a crash loses (0: only on fsync)")
+	durationVar(fs, &o.pollInterval, "poll-interval", 10*time.Second, "never", "re-list recently used directories this often to find bucket-side changes (0: never)")
+	durationVar(fs, &o.revalTTL, "revalidate-ttl", 5*time.Second, "never", "compare a file with the bucket on open when last compared longer ago (0: never)")
+	durationVar(fs, &o.checkpoint, "checkpoint-interval", 5*time.Second, "only on fsync", "make written data durable this often without an fsync, bounding what a crash loses (0: only on fsync)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address for Prometheus /metrics and the S3 event webhook /events (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain): HTTPS on --metrics-listen, and RPC-with-TLS for NFS clients (serve)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -158,15 +189,15 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 	if cert != nil {
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 	}
+	if o.endpoint != "" && o.bucketURL == "" {
+		return cfg, errors.New("--endpoint needs --bucket: the embedded store has its own endpoint (e.g. --bucket s3://NAME --endpoint https://minio.example:9000)")
+	}
 	if o.bucketURL != "" {
 		b, p, err := bucket.ParseURL(o.bucketURL)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Bucket, cfg.Prefix = b, p
-	}
-	if cfg.ExportDelay <= 0 {
-		return cfg, errors.New("--export-delay must be positive")
 	}
 	return cfg, nil
 }
@@ -196,18 +227,29 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 
 func logger(level string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+	switch strings.ToLower(level) {
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "warn", "warning":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 func mount(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("mount", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	var o options
 	o.register(fset)
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, stdout, command{name: "mount", synopsis: "mount [flags] MOUNTPOINT",
+		about: "Mounts the bucket with FUSE and stays in the foreground until Ctrl-C, SIGTERM or\n" +
+			"fusermount3 -u MOUNTPOINT. Without --bucket it runs the embedded S3 store.",
+		example: "bucketfs mount --bucket s3://my-bucket/data --export-delay 30s /mnt/data"}); err != nil {
 		return err
 	}
 	if fset.NArg() != 1 {
@@ -269,40 +311,4 @@ func checkMountpoint(dir string) error {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there", dir)
 	}
 	return nil
-}
-
-// byteSize is a flag holding a size such as 128KiB, 1MiB, 10G or 4096.
-type byteSize int64
-
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
-
-func (b *byteSize) Set(s string) error {
-	v, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*b = byteSize(v)
-	return nil
-}
-
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) {
-			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad size %q (want e.g. 128KiB, 1MiB, 4096)", s)
-	}
-	return v * mult, nil
 }

@@ -20,7 +20,6 @@ import (
 // serve runs the NFS server on the engine until SIGINT or SIGTERM.
 func serve(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	var o options
 	o.register(fset)
 	listen := fset.String("nfs-listen", "127.0.0.1:2049", "address the NFS server listens on (open it up explicitly, e.g. 0.0.0.0:2049)")
@@ -28,7 +27,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	rootSquash := fset.Bool("root-squash", true, "map uid 0 of clients to nobody (65534); --root-squash=false trusts client root")
 	authNone := fset.Bool("allow-auth-none", false, "accept AUTH_NONE clients (as nobody)")
 	tlsRequired := fset.Bool("tls-required", false, "refuse NFS clients that do not use RPC-with-TLS (needs --tls-cert)")
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, stdout, command{name: "serve", synopsis: "serve [flags]",
+		about: "Serves the bucket over NFSv4.2, 4.1 and 4.0 and stays in the foreground until\n" +
+			"Ctrl-C or SIGTERM. Without --bucket it runs the embedded S3 store.",
+		example: "bucketfs serve --nfs-listen 0.0.0.0:2049 --nfs-allow 10.0.0.0/8"}); err != nil {
 		return err
 	}
 	if fset.NArg() != 0 {

@@ -34,11 +34,13 @@ func notRunning(err error) bool {
 
 func status(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("status", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
 	asJSON := fset.Bool("json", false, "print JSON")
-	delay := fset.Duration("export-delay", 60*time.Second, "the export delay, for the age of pending exports of a stopped file system")
-	if err := fset.Parse(args); err != nil {
+	var delay time.Duration
+	durationVar(fset, &delay, "export-delay", 60*time.Second, "", "the export delay, for the age of pending exports of a stopped file system")
+	if err := parseFlags(fset, args, stdout, command{name: "status", synopsis: "status [--state-dir DIR] [--json]",
+		about:   "Shows where sync stands: pending exports, import lag, conflicts, tier use, S3 requests.",
+		example: "bucketfs status --json"}); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -55,7 +57,7 @@ func status(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("status: %w", err)
 		}
 	case notRunning(err):
-		if st, err = engine.OfflineStatus(ctx, *stateDir, *delay); err != nil {
+		if st, err = engine.OfflineStatus(ctx, *stateDir, delay); err != nil {
 			return err
 		}
 	default:
@@ -122,9 +124,10 @@ func human(b int64) string {
 
 func flush(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("flush", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, stdout, command{name: "flush", synopsis: "flush [--state-dir DIR] [PATH]",
+		about:   "Exports PATH (or everything pending) now, without waiting for the export delay.",
+		example: "bucketfs flush /mnt/data/report.csv"}); err != nil {
 		return err
 	}
 	url := "http://bucketfs/flush"
