@@ -178,6 +178,10 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded store: %w", err)
 		}
+		if e.Store.PortMoved != "" {
+			e.log.Warn("the embedded store's port was taken by another program: it moved, and s3.env says where",
+				"was", e.Store.PortMoved, "endpoint", e.Store.Endpoint)
+		}
 		if err := e.Store.WriteEnvFile(filepath.Join(cfg.StateDir, "s3.env")); err != nil {
 			return nil, err
 		}

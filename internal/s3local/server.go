@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,9 @@ const (
 	defaultBucket = "bucketfs"
 	defaultRegion = "us-east-1"
 	defaultListen = "127.0.0.1:0"
+	// listenPortFile, in the store's directory, keeps the port picked for
+	// a zero port (Config.Listen).
+	listenPortFile = "listen-port"
 
 	// maxConnections and maxRequests bound the connections and in-flight
 	// requests the store serves; requests beyond the limit get 503 SlowDown,
@@ -59,8 +63,11 @@ type Config struct {
 	// Dir/versions, credentials in Dir/credentials.json. Relative paths are
 	// resolved against the working directory at the time Start is called.
 	Dir string
-	// Listen is the TCP address to serve on; a zero port picks a free one.
-	// Default "127.0.0.1:0".
+	// Listen is the TCP address to serve on; a zero port picks a free one
+	// the first time and the same one at every later start on Dir (kept
+	// in Dir/listen-port), so clients configured with the endpoint keep
+	// working; only if that port is taken meanwhile is another picked
+	// (Server.PortMoved). Default "127.0.0.1:0".
 	Listen string
 	// Bucket is created if missing, with versioning enabled. Default
 	// "bucketfs".
@@ -91,6 +98,9 @@ type Server struct {
 	SecretKey string
 	Bucket    string
 	Dir       string // absolute state directory
+	// PortMoved is the port kept from an earlier start that was taken
+	// this time, so the store serves on another ("" when it did not move).
+	PortMoved string
 
 	api     *s3api.S3ApiServer
 	backend *posix.Posix
@@ -229,10 +239,22 @@ func (s *Server) serve(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("s3local: start: listen address %q: %w", cfg.Listen, err)
 	}
 	pickPort := port == "0" || port == ""
+	portFile := filepath.Join(s.Dir, listenPortFile)
+	kept := ""
+	if pickPort {
+		if b, err := os.ReadFile(portFile); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 65536 {
+				kept = strconv.Itoa(n)
+			}
+		}
+	}
 	var lastErr error
 	for attempt := 0; attempt < bindAttempts; attempt++ {
 		p := port
-		if pickPort {
+		switch {
+		case pickPort && attempt == 0 && kept != "":
+			p = kept
+		case pickPort:
 			if p, err = freePort(host); err != nil {
 				return fmt.Errorf("s3local: start: pick a free port on %q: %w", host, err)
 			}
@@ -241,6 +263,14 @@ func (s *Server) serve(ctx context.Context, cfg Config) error {
 		lastErr = s.serveOn(ctx, cfg, addr)
 		if lastErr == nil {
 			s.Endpoint = "http://" + net.JoinHostPort(dialHost(host), p)
+			if pickPort {
+				if kept != "" && p != kept {
+					s.PortMoved = kept
+				}
+				if err := os.WriteFile(portFile, []byte(p+"\n"), 0o600); err != nil {
+					return fmt.Errorf("s3local: start: remember the port: %w", err)
+				}
+			}
 			return nil
 		}
 		if !pickPort || !errors.Is(lastErr, errBind) {

@@ -635,3 +635,35 @@ func TestIfMatchFailsOverADeleteMarker(t *testing.T) {
 		t.Errorf("If-Match of the current ETag: %v", err)
 	}
 }
+
+// The port picked for a zero port is kept for later starts on the same
+// directory, so an s3.env sourced earlier keeps working (issue 13); if a
+// program took it meanwhile, the store moves and says so.
+func TestTheEmbeddedStoreKeepsItsPortAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	first := startStore(t, Config{Dir: dir})
+	endpoint := first.Endpoint
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := startStore(t, Config{Dir: dir})
+	if second.Endpoint != endpoint || second.PortMoved != "" {
+		t.Errorf("after a restart the store is at %s (moved from %q), was %s", second.Endpoint, second.PortMoved, endpoint)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	taker, err := net.Listen("tcp", strings.TrimPrefix(endpoint, "http://"))
+	if err != nil {
+		t.Fatalf("take the port: %v", err)
+	}
+	defer taker.Close()
+	third := startStore(t, Config{Dir: dir})
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(endpoint, "http://"))
+	if third.Endpoint == endpoint || third.PortMoved != port {
+		t.Errorf("with its port taken the store is at %s (moved from %q), was %s", third.Endpoint, third.PortMoved, endpoint)
+	}
+	if _, err := third.client().HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String(third.Bucket)}); err != nil {
+		t.Errorf("HeadBucket on the moved store: %v", err)
+	}
+}
