@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 )
 
@@ -75,6 +76,8 @@ type Client struct {
 	prefix      string
 	opTimeout   time.Duration
 	maxAttempts int
+	endpoint    string // as configured ("" for AWS or the environment's)
+	accessKey   string // as configured ("" for the credential chain's)
 	stats       counters
 	// headBeforeWrite is set when the store ignores conditional writes.
 	headBeforeWrite atomic.Bool
@@ -107,6 +110,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prefix:      normalisePrefix(cfg.Prefix),
 		opTimeout:   cfg.OpTimeout,
 		maxAttempts: cfg.MaxAttempts,
+		endpoint:    cfg.Endpoint,
+		accessKey:   cfg.AccessKey,
 	}
 	if c.opTimeout <= 0 {
 		c.opTimeout = defaultOpTimeout
@@ -127,6 +132,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 	opts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
+		// The SDK's own log lines (IMDS fallbacks and the like) would
+		// reach the user's terminal beside ours; errors say what matters.
+		config.WithLogger(logging.Nop{}),
 		config.WithAPIOptions([]func(*middleware.Stack) error{c.stats.countRequests}),
 		config.WithRetryer(func() aws.Retryer {
 			return &countingRetryer{
@@ -220,7 +228,7 @@ func (c *Client) CheckVersioning(ctx context.Context) error {
 	defer op.done()
 	out, err := c.s3.GetBucketVersioning(op.ctx, &s3.GetBucketVersioningInput{Bucket: &c.bucket})
 	if err != nil {
-		return c.fail(op, "check versioning of", "", err)
+		return c.explain(c.fail(op, "check versioning of", "", err))
 	}
 	if out.Status == types.BucketVersioningStatusEnabled {
 		return nil
