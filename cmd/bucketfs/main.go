@@ -164,7 +164,8 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 			e.Store.Endpoint, filepath.Join(e.StateDir(), "s3.env"))
 	}
 	if a := e.MetricsAddr(); a != "" {
-		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events\n", a, a)
+		fmt.Fprintf(stdout, "bucketfs: metrics at http://%s/metrics, S3 event webhook at http://%s/events (token %s)\n",
+			a, a, e.EventsToken())
 	}
 }
 
