@@ -221,7 +221,8 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 			e.Store.Endpoint, filepath.Join(e.StateDir(), "s3.env"))
 	}
 	if u := e.MetricsURL(); u != "" {
-		fmt.Fprintf(stdout, "bucketfs: metrics at %s/metrics, S3 event webhook at %s/events\n", u, u)
+		fmt.Fprintf(stdout, "bucketfs: metrics at %s/metrics, S3 event webhook at %s/events (token %s)\n",
+			u, u, e.EventsToken())
 	}
 }
 

@@ -78,6 +78,9 @@ func printStatus(w io.Writer, st *engine.Status) {
 		state = fmt.Sprintf("running (pid %d)", st.PID)
 	}
 	fmt.Fprintf(w, "bucketfs %s: %s\n", st.Bucket, state)
+	if st.EventsToken != "" {
+		fmt.Fprintf(w, "  events token      %s (for /events: Authorization: Bearer TOKEN, or https://bucketfs:TOKEN@HOST/events)\n", st.EventsToken)
+	}
 	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
 		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
 	fmt.Fprintf(w, "  exported          %d (%s), %d failed attempts, %d refused by a bucket-side change\n",

@@ -531,6 +531,23 @@ func TestStatsCountRequestsAndBytes(t *testing.T) {
 	}
 }
 
+// A 404 is an answer, not a failure: asking again cannot change it, and
+// callers (the importer, for keys named by events) count on one request.
+func TestAMissingKeyCostsOneRequestAndNoRetry(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, "p/")
+	ctx := context.Background()
+	if _, err := c.Head(ctx, "missing", ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Head of a missing key: %v, want ErrNotFound", err)
+	}
+	if _, _, err := c.Get(ctx, "missing", "", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+	if s := c.Stats(); s.Head != 1 || s.Get != 1 || s.Retries != 0 {
+		t.Fatalf("Stats %+v: want one HEAD, one GET, no retries", s)
+	}
+}
+
 func TestBackoffGrowsToItsCapWithJitter(t *testing.T) {
 	for attempt := 1; attempt <= 40; attempt++ {
 		ceiling := min(backoffCap, backoffBase<<min(attempt-1, 20))

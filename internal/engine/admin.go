@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,13 +24,14 @@ import (
 // status` and `bucketfs flush` on.
 func AdminSocket(stateDir string) string { return filepath.Join(stateDir, "admin.sock") }
 
-// Handler serves the admin API:
+// SocketHandler serves the admin API, as the state directory's socket
+// (mode 0600: the file system's owner only) offers it:
 //
 //	GET  /status          Status as JSON
 //	POST /flush[?ino=N]   export now (one inode, or everything queued)
 //	GET  /metrics         Prometheus metrics
-//	POST /events          S3 event notifications (the webhook)
-func (e *Engine) Handler() http.Handler {
+//	POST /events          S3 event notifications (the webhook; needs the token)
+func (e *Engine) SocketHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := e.Status(r.Context())
@@ -58,15 +60,46 @@ func (e *Engine) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{e})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/events", e.Importer.WebhookHandler(e.Bucket.Name(), e.Bucket.Prefix()))
+	e.serveMetricsAndEvents(mux)
 	return mux
 }
 
-// serveAdmin answers the admin API on the state directory's socket, and on
-// listen (TCP) when set, until ctx is done.
+// ListenerHandler serves what the TCP listener (MetricsListen) offers,
+// which whoever reaches the address can ask: /metrics, and /events with
+// the token. Status (it names keys) and flush stay on the socket.
+func (e *Engine) ListenerHandler() http.Handler {
+	mux := http.NewServeMux()
+	e.serveMetricsAndEvents(mux)
+	return mux
+}
+
+func (e *Engine) serveMetricsAndEvents(mux *http.ServeMux) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{e})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/events", e.webhook)
+}
+
+// EventsToken is the secret the webhook asks of every request (hex): a
+// bearer token, or the password of HTTP basic authentication. It is made
+// once per state directory.
+func (e *Engine) EventsToken() string { return e.eventsToken }
+
+// eventsTokenName names the events token among the file system's secrets.
+const eventsTokenName = "events-token"
+
+// eventsToken reads the state directory's events token, making it the
+// first time.
+func eventsToken(ctx context.Context, m *meta.Store) (string, error) {
+	secret, err := m.Secret(ctx, eventsTokenName)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(secret), nil
+}
+
+// serveAdmin answers the admin API on the state directory's socket, and
+// the metrics and the webhook on listen (TCP) when set, until ctx is done.
 func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 	sock := AdminSocket(e.cfg.StateDir)
 	os.Remove(sock) // stale: we hold the state directory's lock
@@ -75,6 +108,7 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		return fmt.Errorf("admin socket: %w", err)
 	}
 	os.Chmod(sock, 0o600)
+	servers := []*http.Server{{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second}}
 	lns := []net.Listener{ln}
 	if listen != "" {
 		tl, err := net.Listen("tcp", listen)
@@ -86,12 +120,12 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		if e.cfg.TLS != nil {
 			tl = tls.NewListener(tl, e.cfg.TLS)
 		}
+		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second})
 		lns = append(lns, tl)
 	}
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	for _, l := range lns {
+	for i, srv := range servers {
 		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				e.log.Warn("admin server", "err", err)
 			}
 		}()
@@ -100,7 +134,9 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		for _, srv := range servers {
+			srv.Shutdown(sctx)
+		}
 		os.Remove(sock)
 	}()
 	return nil

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,7 +77,8 @@ type Config struct {
 	// bounding what a crash can lose of the writes not yet exported.
 	CheckpointInterval time.Duration
 	// MetricsListen is a TCP address for /metrics and the /events webhook
-	// ("" for none; the admin socket in the state directory serves both).
+	// ("" for none; the admin socket in the state directory serves both,
+	// and alone serves /status and /flush).
 	MetricsListen string
 	// TLS, if set, makes the MetricsListen listener serve HTTPS only.
 	TLS *tls.Config
@@ -111,6 +113,8 @@ type Engine struct {
 	lastCheckpoint atomic.Int64
 	closed         atomic.Bool
 	metricsAddr    string
+	eventsToken    string       // the webhook's secret (hex)
+	webhook        http.Handler // /events, one for both listeners: it caches SNS certificates
 }
 
 func (c *Config) defaults() {
@@ -218,9 +222,14 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		e.log.Warn("the store ignores conditional writes; bucketfs compares a HEAD before each write instead, " +
 			"which leaves a short window in which a concurrent S3 write can be overwritten")
 	}
+	if e.eventsToken, err = eventsToken(ctx, e.Meta); err != nil {
+		return nil, err
+	}
 	locks := bsync.NewInodeLocks()
 	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Locks: locks, Logger: e.log,
 		OnChange: func(c bsync.Change) { eng.FS.Changed(c.Parent, c.Name, c.Ino) }})
+	e.webhook = e.Importer.WebhookHandler(bsync.WebhookConfig{Bucket: e.Bucket.Name(), Prefix: e.Bucket.Prefix(),
+		Token: e.eventsToken})
 	revalidate := cfg.RevalidateTTL
 	if revalidate < 0 {
 		revalidate = 0
@@ -242,7 +251,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 // nothing is imported yet either.
 func (e *Engine) onStoreEvent(ev s3local.Event) {
 	if im := e.importerReady.Load(); im != nil && ev.Bucket == e.Store.Bucket {
-		im.NotifyEvent(ev.Key, strings.Contains(ev.Name, "Created"))
+		im.Notify(ev.Key)
 	}
 }
 

@@ -55,7 +55,7 @@ func metric(t *testing.T, h http.Handler, series string) float64 {
 func TestMetricsMoveWithWritesExportsReadsAndConflicts(t *testing.T) {
 	e := openEngine(t)
 	ctx := context.Background()
-	h := e.Handler()
+	h := e.SocketHandler()
 	root := vfs.Root
 	if got := metric(t, h, "bucketfs_pending_exports"); got != 0 {
 		t.Fatalf("pending exports on a new file system: %v", got)

@@ -23,6 +23,9 @@ type Status struct {
 	PID     int       `json:"pid,omitempty"`
 	Bucket  string    `json:"bucket"`
 	Taken   time.Time `json:"taken"`
+	// EventsToken is the secret the /events webhook asks for (see
+	// Engine.EventsToken).
+	EventsToken string `json:"events_token"`
 
 	PendingExports    int                     `json:"pending_exports"`
 	PendingBytes      int64                   `json:"pending_bytes"`
@@ -55,7 +58,7 @@ type Status struct {
 // Status gathers the running engine's figures.
 func (e *Engine) Status(ctx context.Context) (Status, error) {
 	st := Status{Running: true, PID: os.Getpid(), Bucket: e.Bucket.String(), Taken: time.Now(),
-		ExportDelayS: e.cfg.ExportDelay.Seconds()}
+		EventsToken: e.eventsToken, ExportDelayS: e.cfg.ExportDelay.Seconds()}
 	if err := queueFigures(ctx, e.Meta, e.cfg.ExportDelay, &st); err != nil {
 		return st, err
 	}
@@ -170,6 +173,9 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 	}
 	st.Running, st.PID, st.Taken = false, 0, time.Now()
 	st.Listings = nil
+	if st.EventsToken, err = eventsToken(ctx, m); err != nil {
+		return st, err
+	}
 	err = queueFigures(ctx, m, exportDelay, &st)
 	return st, err
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
 )
@@ -27,6 +29,10 @@ type ImporterConfig struct {
 	// ends can drop what the kernel caches.
 	OnChange func(Change)
 	Logger   *slog.Logger
+	// WebhookRate and WebhookBurst cap the revalidations that keys from
+	// the webhook cause (0: WebhookHeadRate and WebhookHeadBurst).
+	WebhookRate  rate.Limit
+	WebhookBurst int
 }
 
 // Importer brings bucket-side state into the namespace: directory
@@ -53,11 +59,13 @@ type Importer struct {
 	// (unix ns): opens do not wait for it again within the TTL.
 	unavailableAt atomic.Int64
 
-	events notifications
-	active activeDirs
-	fresh  freshDirs
-	pollMu gosync.Mutex
-	polls  PollStats
+	events   *notifications // keys from the embedded store's events, and late keys of listings
+	webhook  *notifications // keys from the webhook, revalidated at a capped rate
+	eventLag atomic.Int64   // ns from notification to applied, of the last key applied
+	active   activeDirs
+	fresh    freshDirs
+	pollMu   gosync.Mutex
+	polls    PollStats
 }
 
 type listing struct {
@@ -96,9 +104,17 @@ func NewImporter(m *meta.Store, b *bucket.Client, cfg ImporterConfig) *Importer 
 	if cfg.Locks == nil {
 		cfg.Locks = NewInodeLocks()
 	}
+	if cfg.WebhookRate == 0 {
+		cfg.WebhookRate = WebhookHeadRate
+	}
+	if cfg.WebhookBurst == 0 {
+		cfg.WebhookBurst = WebhookHeadBurst
+	}
 	return &Importer{meta: m, bucket: b, locks: cfg.Locks, onChange: cfg.OnChange,
 		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, deferred: map[meta.Ino][]string{}, badKeys: map[string]bool{},
-		validAt: map[meta.Ino]time.Time{}}
+		validAt: map[meta.Ino]time.Time{},
+		events:  newNotifications(maxPendingKeys, nil),
+		webhook: newNotifications(maxPendingWebhookKeys, rate.NewLimiter(cfg.WebhookRate, cfg.WebhookBurst))}
 }
 
 // validated notes that in was just compared with the bucket.

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
 )
@@ -31,7 +33,7 @@ type Change struct {
 // Revalidate is what S3 event notifications, directory polling and
 // revalidation on open all come down to.
 func (im *Importer) Revalidate(ctx context.Context, key string) error {
-	if err := im.revalidateKey(ctx, key); !errors.Is(err, errAbsent) {
+	if err := im.revalidateKey(ctx, key, nil); !errors.Is(err, errAbsent) {
 		return err
 	}
 	return nil
@@ -47,11 +49,13 @@ func (im *Importer) keyRecorder(ctx context.Context, key string) (meta.Ino, erro
 }
 
 // errAbsent says the bucket has no object at the key and the file side
-// has no name for it: nothing to do, unless an event said it was just
-// created (some stores notify before the object can be read).
+// has no name for it: nothing to do.
 var errAbsent = errors.New("no object and no file")
 
-func (im *Importer) revalidateKey(ctx context.Context, key string) error {
+// revalidateKey is Revalidate, with errAbsent. It tries again (a few
+// times) when it raced with another change to the same names, taking a
+// token of pace, if any, before each new try.
+func (im *Importer) revalidateKey(ctx context.Context, key string, pace *rate.Limiter) error {
 	if strings.HasSuffix(key, "/") || key == "" {
 		return nil // directory markers: directories follow their contents
 	}
@@ -65,6 +69,11 @@ func (im *Importer) revalidateKey(ctx context.Context, key string) error {
 		err := im.revalidate(ctx, key)
 		if !errors.Is(err, syscall.EAGAIN) || attempt == 5 {
 			return err
+		}
+		if pace != nil {
+			if err := pace.Wait(ctx); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -37,7 +37,7 @@ func forwardEvents(e *env) {
 	eng.Store(e.eng)
 	s3test.Forward(e.t, e.bucket, func(ev s3local.Event) {
 		if en := eng.Load(); en != nil {
-			en.Importer.NotifyEvent(ev.Key, strings.Contains(ev.Name, "Created"))
+			en.Importer.Notify(ev.Key)
 		}
 	})
 	e.t.Cleanup(func() { eng.Store(nil) })
@@ -127,28 +127,29 @@ func TestWebhookAcceptsS3EventNotifications(t *testing.T) {
 	if !readsAs(e.path("w/a"), []byte("a")) {
 		t.Fatal("w/a unreadable")
 	}
-	srv := httptest.NewServer(e.eng.Importer.WebhookHandler(e.bucket, ""))
+	srv := httptest.NewServer(e.eng.ListenerHandler())
 	t.Cleanup(srv.Close)
-	e.put("w/with space+plus", []byte("s"), nil)
-	body := `{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put",` +
-		`"s3":{"bucket":{"name":"` + e.bucket + `"},"object":{"key":"w/with+space%2Bplus","size":1}}}]}`
-	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("webhook answered %s", resp.Status)
-	}
-	eventually(t, "the notified object", func() bool { return readsAs(e.path("w/with space+plus"), []byte("s")) })
-	for _, bad := range []string{"{", `{"Records":"x"}`} {
-		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(bad))
+	post := func(body string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+"/events", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+e.eng.EventsToken())
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Fatalf("malformed notification %q answered %s", bad, resp.Status)
+		return resp.StatusCode
+	}
+	e.put("w/with space+plus", []byte("s"), nil)
+	body := `{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventName":"ObjectCreated:Put",` +
+		`"s3":{"bucket":{"name":"` + e.bucket + `"},"object":{"key":"w/with+space%2Bplus","size":1}}}]}`
+	if code := post(body); code != http.StatusNoContent {
+		t.Fatalf("webhook answered %d", code)
+	}
+	eventually(t, "the notified object", func() bool { return readsAs(e.path("w/with space+plus"), []byte("s")) })
+	for _, bad := range []string{"{", `{"Records":"x"}`} {
+		if code := post(bad); code != http.StatusBadRequest {
+			t.Fatalf("malformed notification %q answered %d", bad, code)
 		}
 	}
 }
