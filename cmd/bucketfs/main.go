@@ -4,6 +4,7 @@
 //	bucketfs serve [flags]               NFSv4.1/4.0 server, in the foreground
 //	bucketfs status [--state-dir DIR]    where sync stands
 //	bucketfs flush [--state-dir DIR] [PATH]  export now
+//	bucketfs unmount [--flush] MOUNTPOINT    unmount
 //	bucketfs version
 //
 // With no --bucket, bucketfs runs its embedded S3 store under the state
@@ -89,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return status(args[1:], stdout, stderr)
 	case "flush":
 		return flush(args[1:], stdout, stderr)
+	case "unmount", "umount":
+		return unmountCmd(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, versionLine())
 		return nil
@@ -104,10 +107,12 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   bucketfs mount [flags] MOUNTPOINT   mount a bucket (default: the embedded store) with FUSE
   bucketfs serve [flags]              serve it over NFSv4.1 and 4.0 (--nfs-listen, default 127.0.0.1:2049)
-  bucketfs status [--state-dir DIR] [--json]
+  bucketfs status [--state-dir DIR | MOUNTPOINT] [--json]
                                       pending exports, import lag, conflicts, tier use, S3 requests
   bucketfs flush [--state-dir DIR] [PATH]
                                       export PATH (or everything pending) now, without the delay
+  bucketfs unmount [--flush] MOUNTPOINT
+                                      unmount, exporting everything pending first with --flush
   bucketfs version
 run "bucketfs mount -h" for the flags
 `)
@@ -260,6 +265,11 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cleared, err := clearDeadMount(mountpoint); err != nil {
+		return err
+	} else if cleared {
+		fmt.Fprintf(stdout, "bucketfs: %s held a dead bucketfs mount (its process was gone); cleared it\n", mountpoint)
+	}
 	if err := checkMountpoint(mountpoint); err != nil {
 		return err
 	}
@@ -267,10 +277,33 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
+		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
+			mountpoint, len(ents))
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	// A signal while starting cancels the start; once mounted, signals
+	// ask for an unmount (serveUntilUnmounted). A signal that arrives in
+	// between is passed on, not lost.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	mounted := make(chan struct{})
+	early := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			early <- sig
+			cancel()
+		case <-mounted:
+		}
+	}()
 	e, err := engine.Open(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted while starting; nothing was mounted")
+		}
 		return err
 	}
 	defer e.Close()
@@ -278,7 +311,12 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	close(mounted)
 	e.Start()
+	if err := recordMount(e.StateDir(), mountpoint); err != nil {
+		fmt.Fprintf(stderr, "bucketfs: warning: could not record the mount (status and flush by path will not find it): %v\n", err)
+	}
+	defer forgetMount(e.StateDir(), mountpoint)
 	fmt.Fprintf(stdout, "bucketfs: %s mounted at %s (state in %s)\n", e.Bucket, mountpoint, cfg.StateDir)
 	printEndpoints(stdout, e)
 	unmounted := make(chan struct{})
@@ -286,16 +324,56 @@ func mount(args []string, stdout, stderr io.Writer) error {
 		srv.Wait()
 		close(unmounted)
 	}()
-	select {
-	case <-ctx.Done():
-		if err := srv.Unmount(); err != nil {
-			return fmt.Errorf("unmount %s: %w", mountpoint, err)
+	asks := make(chan os.Signal, 2)
+	go func() {
+		select {
+		case sig := <-early:
+			asks <- sig
+		default:
 		}
-		<-unmounted
-	case <-unmounted:
+		for sig := range sigs {
+			asks <- sig
+		}
+	}()
+	return serveUntilUnmounted(mountpoint, srv.Unmount, unmounted, asks, stdout)
+}
+
+// serveUntilUnmounted keeps the mount up until it is unmounted (umount,
+// fusermount3 -u, bucketfs unmount) or a signal asks for it. If the
+// mount is busy, a first signal does not end it: it says which processes
+// hold it and waits; a second one detaches it lazily (it goes from the
+// directory tree at once, and the processes that held it get errors).
+func serveUntilUnmounted(mnt string, unmount func() error, unmounted <-chan struct{}, sigs <-chan os.Signal, stdout io.Writer) error {
+	asked := 0
+	for {
+		select {
+		case <-unmounted:
+			fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
+			return nil
+		case <-sigs:
+			asked++
+			err := unmount()
+			if err == nil {
+				<-unmounted
+				fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
+				return nil
+			}
+			if asked == 1 {
+				who := strings.Join(holders(mnt), ", ")
+				if who == "" {
+					who = "unknown processes"
+				}
+				fmt.Fprintf(stdout, "bucketfs: %s is busy, in use by %s; close them and press Ctrl-C again, or press it again now to detach it lazily (%v)\n",
+					mnt, who, err)
+				continue
+			}
+			if err := unmountDir(mnt, true); err != nil {
+				return fmt.Errorf("detach %s: %w", mnt, err)
+			}
+			fmt.Fprintf(stdout, "bucketfs: detached %s lazily; processes still using it get errors\n", mnt)
+			return nil
+		}
 	}
-	fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mountpoint)
-	return nil
 }
 
 // checkMountpoint refuses a missing mountpoint, a file, or one that is

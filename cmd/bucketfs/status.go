@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,21 @@ func adminClient(stateDir string) *http.Client {
 	}}
 }
 
+// stateDirFor is the state directory a command given path works on: the
+// --state-dir given, or else the one of the bucketfs mount path is on.
+func stateDirFor(fset *flag.FlagSet, path, stateDir string) (string, error) {
+	explicit := false
+	fset.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
+	if explicit {
+		return stateDir, nil
+	}
+	dir, _, err := stateDirOfPath(path)
+	if err != nil {
+		return "", fmt.Errorf("%w (or give --state-dir)", err)
+	}
+	return dir, nil
+}
+
 // notRunning reports whether err means no process answers on the socket.
 func notRunning(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
@@ -38,10 +54,20 @@ func status(args []string, stdout, stderr io.Writer) error {
 	asJSON := fset.Bool("json", false, "print JSON")
 	var delay time.Duration
 	durationVar(fset, &delay, "export-delay", 60*time.Second, "", "the export delay, for the age of pending exports of a stopped file system")
-	if err := parseFlags(fset, args, stdout, command{name: "status", synopsis: "status [--state-dir DIR] [--json]",
+	if err := parseFlags(fset, args, stdout, command{name: "status", synopsis: "status [--state-dir DIR | MOUNTPOINT] [--json]",
 		about:   "Shows where sync stands: pending exports, import lag, conflicts, tier use, S3 requests.",
-		example: "bucketfs status --json"}); err != nil {
+		example: "bucketfs status /mnt/data --json"}); err != nil {
 		return err
+	}
+	if fset.NArg() > 1 {
+		return errors.New("status takes at most one MOUNTPOINT")
+	}
+	if fset.NArg() == 1 {
+		dir, err := stateDirFor(fset, fset.Arg(0), *stateDir)
+		if err != nil {
+			return err
+		}
+		*stateDir = dir
 	}
 	ctx := context.Background()
 	var st engine.Status
@@ -129,7 +155,8 @@ func flush(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("flush", flag.ContinueOnError)
 	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
 	if err := parseFlags(fset, args, stdout, command{name: "flush", synopsis: "flush [--state-dir DIR] [PATH]",
-		about:   "Exports PATH (or everything pending) now, without waiting for the export delay.",
+		about: "Exports PATH (a file or directory on the mount), or with no PATH everything pending,\n" +
+			"now, without waiting for the export delay.",
 		example: "bucketfs flush /mnt/data/report.csv"}); err != nil {
 		return err
 	}
@@ -138,9 +165,24 @@ func flush(args []string, stdout, stderr io.Writer) error {
 		return errors.New("flush takes at most one PATH")
 	}
 	if fset.NArg() == 1 {
+		path := fset.Arg(0)
+		dir, err := stateDirFor(fset, path, *stateDir)
+		if err != nil {
+			return err
+		}
+		*stateDir = dir
+		// The engine knows files by inode number, which means something
+		// only on its own mount.
+		mnt := mountedAt(*stateDir)
+		if mnt == "" {
+			return fmt.Errorf("flush %s: the file system of %s is not mounted, so no path names one of its files (flush without PATH exports everything)", path, *stateDir)
+		}
+		if err := onMount(path, mnt); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
 		var st syscall.Stat_t
-		if err := syscall.Stat(fset.Arg(0), &st); err != nil {
-			return fmt.Errorf("flush %s: %w", fset.Arg(0), err)
+		if err := syscall.Stat(path, &st); err != nil {
+			return fmt.Errorf("flush %s: %w", path, err)
 		}
 		url += fmt.Sprintf("?ino=%d", st.Ino)
 	}
@@ -157,5 +199,75 @@ func flush(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("flush: %s", strings.TrimSpace(string(b)))
 	}
 	fmt.Fprintln(stdout, "bucketfs: flushed; the bucket has it")
+	return nil
+}
+
+// unmountCmd unmounts a bucketfs mount, optionally exporting everything
+// pending first, and waits for its process to finish.
+func unmountCmd(args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("unmount", flag.ContinueOnError)
+	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system (found from MOUNTPOINT when not given)")
+	flushFirst := fset.Bool("flush", false, "export everything pending before unmounting, so the bucket has it all")
+	if err := parseFlags(fset, args, stdout, command{name: "unmount", synopsis: "unmount [--flush] MOUNTPOINT",
+		about: "Unmounts a bucketfs mount and waits for it to stop. Changes not yet exported stay\\n" +
+			"in the state directory and go out at the next start, unless --flush exports them first.",
+		example: "bucketfs unmount --flush /mnt/data"}); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return errors.New("unmount needs exactly one MOUNTPOINT")
+	}
+	mnt, err := filepath.Abs(fset.Arg(0))
+	if err != nil {
+		return err
+	}
+	if mountOf(mnt) != mnt {
+		return fmt.Errorf("%s is not a bucketfs mountpoint", mnt)
+	}
+	dir, err := stateDirFor(fset, mnt, *stateDir)
+	if err != nil {
+		return err
+	}
+	admin := adminClient(dir)
+	if *flushFirst {
+		resp, err := admin.Post("http://bucketfs/flush", "", nil)
+		if err != nil {
+			return fmt.Errorf("flush before unmount: %w", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("flush before unmount (still mounted): %s", strings.TrimSpace(string(b)))
+		}
+		fmt.Fprintln(stdout, "bucketfs: exported everything pending")
+	}
+	if err := unmountDir(mnt, false); err != nil {
+		if errors.Is(err, syscall.EBUSY) {
+			if who := holders(mnt); len(who) > 0 {
+				return fmt.Errorf("%s is busy, in use by %s", mnt, strings.Join(who, ", "))
+			}
+		}
+		return err
+	}
+	// The mount's process exports nothing more and closes its state; it is
+	// done when its state directory is free to read.
+	deadline := time.Now().Add(60 * time.Second)
+	var st engine.Status
+	for {
+		st, err = engine.OfflineStatus(context.Background(), dir, time.Minute)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("unmounted %s, but its bucketfs process has not finished after 60 s: %w", mnt, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the process, not synchronising with it
+	}
+	if err == nil && st.PendingExports > 0 && !*flushFirst {
+		fmt.Fprintf(stdout, "bucketfs: unmounted %s; %d changes not yet exported go out at the next start (bucketfs unmount --flush exports them first)\n",
+			mnt, st.PendingExports)
+		return nil
+	}
+	fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
 	return nil
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"bucketfs/internal/fusetest"
+)
+
+// bucketfs runs the binary and returns its output and error.
+func bucketfs(args ...string) (string, error) {
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	return string(out), err
+}
+
+// flush PATH works on files of the mount (found from the path, no
+// --state-dir needed) and refuses a path elsewhere, which used to flush
+// whichever file of the mount had the same inode number (issue 13).
+func TestFlushTakesPathsOnTheMountOnly(t *testing.T) {
+	p := newFS(t)
+	p.start("--export-delay", "1h")
+	inside := filepath.Join(p.mnt, "inside.txt")
+	writeSynced(t, inside, []byte("on the mount"))
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("elsewhere"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := bucketfs("flush", "--state-dir", p.stateDir, outside)
+	if err == nil || !strings.Contains(out, "is not on the bucketfs mount at "+p.mnt) {
+		t.Errorf("flush of a path outside the mount: %v\n%s", err, out)
+	}
+	if _, ok := p.object("inside.txt"); ok {
+		t.Fatal("a flush of another path exported a file of the mount")
+	}
+	if out, err := bucketfs("flush", inside); err != nil {
+		t.Fatalf("flush %s without --state-dir: %v\n%s", inside, err, out)
+	}
+	if b, ok := p.object("inside.txt"); !ok || string(b) != "on the mount" {
+		t.Errorf("after flush the bucket has %q (%v)", b, ok)
+	}
+	if out, err := bucketfs("status", p.mnt); err != nil || !strings.Contains(out, "running") {
+		t.Errorf("status %s: %v\n%s", p.mnt, err, out)
+	}
+	if out, err := bucketfs("flush", outside); err == nil || !strings.Contains(out, "is not on a bucketfs mount") {
+		t.Errorf("flush of a path on no mount, without --state-dir: %v\n%s", err, out)
+	}
+}
+
+// bucketfs unmount --flush exports what is pending, unmounts and waits for
+// the process; without --flush it says what is left for the next start.
+func TestUnmountExportsPendingChangesWhenAskedAndWaitsForTheProcess(t *testing.T) {
+	p := newFS(t)
+	p.start("--export-delay", "1h")
+	writeSynced(t, filepath.Join(p.mnt, "a.txt"), []byte("flushed at unmount"))
+	out, err := bucketfs("unmount", "--flush", p.mnt)
+	if err != nil {
+		t.Fatalf("unmount --flush: %v\n%s", err, out)
+	}
+	if fusetest.Mounted(p.mnt) {
+		t.Error("still mounted after unmount")
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("the mount's process: %v\n%s", err, p.log)
+	}
+
+	// The embedded store runs in the mount's process: start it again to
+	// look into the bucket.
+	p.start("--export-delay", "1h")
+	if b, ok := p.object("a.txt"); !ok || string(b) != "flushed at unmount" {
+		t.Errorf("after unmount --flush the bucket has %q (%v)", b, ok)
+	}
+	writeSynced(t, filepath.Join(p.mnt, "b.txt"), []byte("left pending"))
+	out, err = bucketfs("unmount", p.mnt)
+	if err != nil || !strings.Contains(out, "1 changes not yet exported go out at the next start") {
+		t.Errorf("unmount with a change pending: %v\n%s", err, out)
+	}
+	p.cmd.Wait()
+}
+
+// Ctrl-C while another process works in the mount neither leaves a dead
+// mount nor ends the process: it says who holds the mount; a second
+// Ctrl-C detaches it (issue 13).
+func TestCtrlCOnABusyMountNamesTheHolderAndASecondDetaches(t *testing.T) {
+	p := newFS(t)
+	p.start()
+	holder := exec.Command("sleep", "60")
+	holder.Dir = p.mnt
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	p.cmd.Process.Signal(syscall.SIGINT)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.log.String(), "is busy, in use by") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no busy message after a Ctrl-C:\n%s", p.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(p.log.String(), "(sleep)") {
+		t.Errorf("the busy message does not name the holder:\n%s", p.log)
+	}
+	if !fusetest.Mounted(p.mnt) || p.cmd.ProcessState != nil {
+		t.Fatalf("the first Ctrl-C ended the mount:\n%s", p.log)
+	}
+	if _, err := os.ReadDir(p.mnt); err != nil {
+		t.Errorf("the mount stopped serving after the first Ctrl-C: %v", err)
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after the second Ctrl-C: %v\n%s", err, p.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the second Ctrl-C did not end the process:\n%s", p.log)
+	}
+	if fusetest.Mounted(p.mnt) {
+		t.Errorf("%s is still mounted after the lazy detach", p.mnt)
+	}
+}
+
+// A dead mount left by a killed process is cleared by the next start
+// instead of failing with "transport endpoint is not connected"; mounting
+// over a directory that holds files says so.
+func TestStartClearsADeadMountAndNotesANonEmptyMountpoint(t *testing.T) {
+	p := newFS(t)
+	p.start()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	fusetest.Abort(p.mnt)
+	p.cmd.Wait()
+	var st syscall.Statfs_t // statfs asks the server; a stat may be answered from the kernel's cache
+	if err := syscall.Statfs(p.mnt, &st); err != syscall.ENOTCONN {
+		t.Fatalf("after kill -9 statfs of the mountpoint gives %v, want ENOTCONN (a dead mount)", err)
+	}
+	p.start() // returns at once: the dead mount is still listed
+	waitFor(t, "the new mount", func() bool { return strings.Contains(p.log.String(), "mounted at") })
+	if !strings.Contains(p.log.String(), "held a dead bucketfs mount") {
+		t.Errorf("the start did not say it cleared a dead mount:\n%s", p.log)
+	}
+	p.stop()
+
+	if err := os.WriteFile(filepath.Join(p.mnt, "hidden.txt"), []byte("under the mount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	if !strings.Contains(p.log.String(), "is not empty; its 1 entries are hidden") {
+		t.Errorf("mounting over a non-empty directory said nothing:\n%s", p.log)
+	}
+	p.stop()
+}
