@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/engine"
 	bfuse "bucketfs/internal/frontend/fuse"
@@ -181,8 +182,13 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	fset.SetOutput(stderr)
 	var o options
 	o.register(fset)
+	var aps accesspoint.List
+	fset.Var(&aps, "access-point", "mount only this access point, as its identity: NAME=PATH,uid=U,gid=G[,groups=A:B][,mode=0750]")
 	if err := fset.Parse(args); err != nil {
 		return err
+	}
+	if len(aps) > 1 {
+		return errors.New("mount serves one access point: --access-point given more than once")
 	}
 	if fset.NArg() != 1 {
 		return errors.New("mount needs exactly one MOUNTPOINT")
@@ -205,7 +211,11 @@ func mount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
-	srv, err := bfuse.Mount(e.FS, mountpoint, bfuse.Options{Name: e.Bucket.String()})
+	mo := bfuse.Options{Name: e.Bucket.String()}
+	if len(aps) == 1 {
+		mo.AccessPoint = &aps[0]
+	}
+	srv, err := bfuse.Mount(e.FS, mountpoint, mo)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/engine"
 	"bucketfs/internal/frontend/nfs4"
 )
@@ -26,6 +27,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	allow := fset.String("nfs-allow", "", "comma-separated client networks allowed to connect, e.g. 10.0.0.0/8,127.0.0.1/32 (default: any that reaches --nfs-listen)")
 	rootSquash := fset.Bool("root-squash", true, "map uid 0 of clients to nobody (65534); --root-squash=false trusts client root")
 	authNone := fset.Bool("allow-auth-none", false, "accept AUTH_NONE clients (as nobody)")
+	var aps accesspoint.List
+	fset.Var(&aps, "access-point", "serve an access point as SERVER:/NAME: NAME=PATH,uid=U,gid=G[,groups=A:B][,mode=0750], repeatable; with any, SERVER:/ lists only them")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +55,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
-	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
+	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash, AccessPoints: aps,
 		AllowAuthNone: *authNone, Logger: log})
 	if err != nil {
 		return err
