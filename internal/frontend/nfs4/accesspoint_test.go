@@ -113,6 +113,21 @@ func TestAnAccessPointRootIsMadeWithItsOwnerAndModeAndExported(t *testing.T) {
 	}
 }
 
+// A root that only the bucket holds yet is imported, not made anew beside
+// what the bucket has.
+func TestAnAccessPointRootThatOnlyTheBucketHoldsIsFound(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.put("teams/a/from-the-bucket.txt", []byte("imported"))
+	e.opts.AccessPoints = apList(t, teamA)
+	e.startServer()
+	c := e.dial(1, userCred)
+	c.session("imported")
+	out := c.do(putfh(c.mountAP(t, "team-a")), lookup("from-the-bucket.txt"), readOp(nfsv4.Stateid4{}, 0, 100))
+	if r := readOK(t, out[2]); string(r.Data) != "imported" {
+		t.Errorf("through the access point, the bucket's file reads %q", r.Data)
+	}
+}
+
 func TestThePseudoRootListsOnlyTheAccessPointsAndIsReadOnly(t *testing.T) {
 	e := apEnv(t, teamB, teamA)
 	e.vfsFile(meta.RootIno, "secret", "not for clients", 0, 0, 0o644)
