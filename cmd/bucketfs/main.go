@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/engine"
 	bfuse "bucketfs/internal/frontend/fuse"
@@ -252,11 +253,16 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("mount", flag.ContinueOnError)
 	var o options
 	o.register(fset)
+	var aps accesspoint.List
+	fset.Var(&aps, "access-point", "mount only this access point, as its identity: NAME=PATH,uid=U,gid=G[,groups=A:B][,mode=0750]")
 	if err := parseFlags(fset, args, stdout, command{name: "mount", synopsis: "mount [flags] MOUNTPOINT",
 		about: "Mounts the bucket with FUSE and stays in the foreground until Ctrl-C, SIGTERM or\n" +
 			"fusermount3 -u MOUNTPOINT. Without --bucket it runs the embedded S3 store.",
 		example: "bucketfs mount --bucket s3://my-bucket/data --export-delay 30s /mnt/data"}); err != nil {
 		return err
+	}
+	if len(aps) > 1 {
+		return errors.New("mount serves one access point: --access-point given more than once")
 	}
 	if fset.NArg() != 1 {
 		return errors.New("mount needs exactly one MOUNTPOINT")
@@ -307,7 +313,11 @@ func mount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
-	srv, err := bfuse.Mount(e.FS, mountpoint, bfuse.Options{Name: e.Bucket.String()})
+	mo := bfuse.Options{Name: e.Bucket.String()}
+	if len(aps) == 1 {
+		mo.AccessPoint = &aps[0]
+	}
+	srv, err := bfuse.Mount(e.FS, mountpoint, mo)
 	if err != nil {
 		return err
 	}

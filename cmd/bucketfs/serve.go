@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/engine"
 	"bucketfs/internal/frontend/nfs4"
 )
@@ -27,6 +28,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	rootSquash := fset.Bool("root-squash", true, "map uid 0 of clients to nobody (65534); --root-squash=false trusts client root")
 	authNone := fset.Bool("allow-auth-none", false, "accept AUTH_NONE clients (as nobody)")
 	tlsRequired := fset.Bool("tls-required", false, "refuse NFS clients that do not use RPC-with-TLS (needs --tls-cert)")
+	var aps accesspoint.List
+	fset.Var(&aps, "access-point", "serve an access point as SERVER:/NAME: NAME=PATH,uid=U,gid=G[,groups=A:B][,mode=0750], repeatable; with any, SERVER:/ lists only them")
 	if err := parseFlags(fset, args, stdout, command{name: "serve", synopsis: "serve [flags]",
 		about: "Serves the bucket over NFSv4.2, 4.1 and 4.0 and stays in the foreground until\n" +
 			"Ctrl-C or SIGTERM. Without --bucket it runs the embedded S3 store.",
@@ -64,7 +67,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
-	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash,
+	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash, AccessPoints: aps,
 		AllowAuthNone: *authNone, TLS: nfsTLS, TLSRequired: *tlsRequired, Logger: log})
 	if err != nil {
 		return err

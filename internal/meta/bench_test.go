@@ -73,3 +73,28 @@ func BenchmarkWriteUpdate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWithin16 is the check an NFS PUTFH of an access point's handle
+// makes (is this file still under the root?) for a file 16 directories
+// below the root.
+func BenchmarkWithin16(b *testing.B) {
+	s := openStoreB(b)
+	ctx := context.Background()
+	dir := RootIno
+	for i := 0; i < 16; i++ {
+		d, err := s.Create(ctx, dir, fmt.Sprintf("level-%d", i), Inode{Mode: syscall.S_IFDIR | 0o755}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir = d.Ino
+	}
+	f, err := s.Create(ctx, dir, "f", Inode{Mode: syscall.S_IFREG | 0o644}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if ok, err := s.Within(ctx, f.Ino, RootIno+2); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}

@@ -520,3 +520,65 @@ func TestARenameIntoARemovedDirectoryFails(t *testing.T) {
 		t.Fatalf("x is gone from the root after the refused rename: %v", err)
 	}
 }
+
+// Within follows every name of an inode up to the root: a directory moved
+// out of a subtree is no longer within it, a file with a second name
+// inside still is, and a removed file is within nothing.
+func TestWithinFollowsEveryNameOfAnInodeUpward(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
+	top := mustCreate(t, s, RootIno, "top", syscall.S_IFDIR|0o755)
+	sub := mustCreate(t, s, top.Ino, "sub", syscall.S_IFDIR|0o755)
+	f := mustCreate(t, s, sub.Ino, "f", syscall.S_IFREG|0o644)
+	out := mustCreate(t, s, RootIno, "out", syscall.S_IFDIR|0o755)
+	g := mustCreate(t, s, out.Ino, "g", syscall.S_IFREG|0o644)
+
+	within := func(ino, dir Ino) bool {
+		t.Helper()
+		ok, err := s.Within(ctx, ino, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for _, c := range []struct {
+		what     string
+		ino, dir Ino
+		want     bool
+	}{
+		{"a directory within itself", top.Ino, top.Ino, true},
+		{"a file two levels down", f.Ino, top.Ino, true},
+		{"everything within the root", g.Ino, RootIno, true},
+		{"a sibling's file", g.Ino, top.Ino, false},
+		{"a parent within its child", top.Ino, sub.Ino, false},
+	} {
+		if got := within(c.ino, c.dir); got != c.want {
+			t.Errorf("%s: Within = %v, want %v", c.what, got, c.want)
+		}
+	}
+
+	// A second name inside is enough.
+	if _, err := s.Link(ctx, g.Ino, sub.Ino, "g2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !within(g.Ino, top.Ino) {
+		t.Error("a file hard-linked into the subtree is not within it")
+	}
+	// A directory moved out takes its files with it.
+	if _, err := s.Rename(ctx, top.Ino, "sub", out.Ino, "sub", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if within(sub.Ino, top.Ino) || within(f.Ino, top.Ino) {
+		t.Error("a directory moved out of the subtree (or its file) is still within it")
+	}
+	// A file without names is within nothing.
+	if _, err := s.Remove(ctx, out.Ino, "g", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, sub.Ino, "g2", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if within(g.Ino, RootIno) {
+		t.Error("a removed file is within the root")
+	}
+}

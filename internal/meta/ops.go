@@ -447,6 +447,38 @@ func (s *Store) dirPath(r kv.Reader, ino Ino) (string, bool, error) {
 	return b.String(), lf, nil
 }
 
+// Within reports whether ino is dir or lies below it: whether one of the
+// names of ino (a hard-linked file has several; a directory has one) has
+// dir among its ancestors. An inode without a name (removed, still held
+// open) is within nothing but itself. The walk is one read transaction of
+// one link scan per level.
+func (s *Store) Within(ctx context.Context, ino, dir Ino) (within bool, err error) {
+	if ino == dir {
+		return true, nil
+	}
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		ls, err := links(r, ino)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			ok, err := s.isAncestor(r, dir, l.Parent)
+			if err != nil {
+				return err
+			}
+			if ok {
+				within = true
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("is %d within %d: %w", ino, dir, err)
+	}
+	return within, nil
+}
+
 // isAncestor reports whether dir a is dir b or one of b's ancestors.
 func (s *Store) isAncestor(r kv.Reader, a, b Ino) (bool, error) {
 	for depth := 0; ; depth++ {

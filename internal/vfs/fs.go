@@ -218,6 +218,13 @@ func (fs *FS) parentOf(ctx context.Context, dir Attr) (Attr, error) {
 	return fs.meta.Get(ctx, ls[0].Parent)
 }
 
+// Within reports whether ino is dir or lies below it through any of its
+// names, for front ends that confine a client to a subtree (access
+// points). An inode without a name is within nothing but itself.
+func (fs *FS) Within(ctx context.Context, ino, dir Ino) (bool, error) {
+	return fs.meta.Within(ctx, ino, dir)
+}
+
 // dir loads directory ino, checks the caller has mask on it, and makes sure
 // its children are imported.
 func (fs *FS) dir(ctx context.Context, c Cred, ino Ino, mask uint32) (Attr, error) {

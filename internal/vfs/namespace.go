@@ -46,6 +46,29 @@ func (fs *FS) Mkdir(ctx context.Context, c Cred, parent Ino, name string, mode u
 	return fs.create(ctx, c, parent, name, meta.Inode{Mode: syscall.S_IFDIR | mode&0o7777})
 }
 
+// MkdirOwned creates a directory as root, owned by uid and gid from the
+// start (one transaction, so no crash leaves it root's), with mode as
+// given: no umask, and no group or set-group-id bit inherited from a
+// set-group-id parent. It is for directories the server makes on its own
+// behalf, such as an access point's root.
+func (fs *FS) MkdirOwned(ctx context.Context, parent Ino, name string, mode, uid, gid uint32) (Attr, error) {
+	fs.counters.metaOps.Add(1)
+	if err := validName(name); err != nil {
+		return Attr{}, err
+	}
+	if _, err := fs.dir(ctx, Root, parent, mayWrite|mayExec); err != nil {
+		return Attr{}, err
+	}
+	in, err := fs.meta.Create(ctx, parent, name, meta.Inode{Mode: syscall.S_IFDIR | mode&0o7777, Uid: uid, Gid: gid}, nil)
+	if err != nil {
+		return Attr{}, err
+	}
+	if fs.lister != nil {
+		fs.lister.Made(in.Ino)
+	}
+	return in, nil
+}
+
 // Symlink creates a symbolic link to target.
 func (fs *FS) Symlink(ctx context.Context, c Cred, parent Ino, name, target string) (Attr, error) {
 	if len(target) == 0 || len(target) > 4095 {

@@ -25,12 +25,12 @@ const dirPage = 1024
 func (s *server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
-	if _, err := s.fs.OpenDir(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
+	if _, err := s.fs.OpenDir(ctx, s.cred(&in.InHeader), s.ino(in.NodeId)); err != nil {
 		return status(err)
 	}
 	s.mu.Lock()
 	s.next++
-	s.dirs[s.next] = &dirHandle{ino: vfs.Ino(in.NodeId), cred: s.cred(&in.InHeader)}
+	s.dirs[s.next] = &dirHandle{ino: s.ino(in.NodeId), cred: s.cred(&in.InHeader)}
 	out.Fh = s.next
 	s.mu.Unlock()
 	return fuse.OK

@@ -29,7 +29,7 @@ func (s *server) file(fh uint64) *vfs.Handle {
 func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, h, err := s.fs.Create(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
+	a, h, err := s.fs.Create(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
 	if err != nil {
 		return status(err)
 	}
@@ -50,7 +50,7 @@ func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
-	ino := vfs.Ino(in.NodeId)
+	ino := s.ino(in.NodeId)
 	if s.deletedInBucket(ctx, ino) {
 		return fuse.Status(syscall.ESTALE)
 	}
@@ -135,7 +135,7 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	ctx, done := uninterrupted()
 	defer done()
 	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId)); err != nil {
+		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), s.ino(in.NodeId)); err != nil {
 			return 0, status(err)
 		}
 	}
@@ -145,7 +145,7 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 
 func (s *server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	// close(2) of one descriptor drops that owner's record locks.
-	s.fs.ReleaseLocks(vfs.Ino(in.NodeId), locks.Owner{ID: in.LockOwner})
+	s.fs.ReleaseLocks(s.ino(in.NodeId), locks.Owner{ID: in.LockOwner})
 	return fuse.OK
 }
 
@@ -165,7 +165,7 @@ func (s *server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	delete(s.files, in.Fh)
 	s.mu.Unlock()
 	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
-		s.fs.Flock(context.Background(), vfs.Ino(in.NodeId), locks.Owner{ID: in.LockOwner}, locks.Unlock, false)
+		s.fs.Flock(context.Background(), s.ino(in.NodeId), locks.Owner{ID: in.LockOwner}, locks.Unlock, false)
 	}
 	if h != nil {
 		h.Release(context.Background())
@@ -208,7 +208,7 @@ func lockOf(in *fuse.LkIn) locks.Lock {
 }
 
 func (s *server) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
-	c, ok := s.fs.TestLock(vfs.Ino(in.NodeId), lockOf(in))
+	c, ok := s.fs.TestLock(s.ino(in.NodeId), lockOf(in))
 	if !ok {
 		out.Lk.Typ = syscall.F_UNLCK
 		return fuse.OK
@@ -235,7 +235,7 @@ func (s *server) setLk(cancel <-chan struct{}, in *fuse.LkIn, wait bool) fuse.St
 	ctx := anySignal{Context: context.Background(), done: cancel}
 	l := lockOf(in)
 	if in.LkFlags&fuse.FUSE_LK_FLOCK != 0 {
-		return status(s.fs.Flock(ctx, vfs.Ino(in.NodeId), l.Owner, l.Kind, wait))
+		return status(s.fs.Flock(ctx, s.ino(in.NodeId), l.Owner, l.Kind, wait))
 	}
-	return status(s.fs.SetLock(ctx, vfs.Ino(in.NodeId), l, wait))
+	return status(s.fs.SetLock(ctx, s.ino(in.NodeId), l, wait))
 }

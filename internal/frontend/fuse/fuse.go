@@ -2,7 +2,9 @@
 // protocol interface. It holds no file system logic: each request becomes
 // one vfs call with the caller's uid, gid and supplementary groups (which
 // FUSE does not pass: they are read from /proc, see callers), and FUSE node
-// ids are the engine's inode numbers (root is 1 in both).
+// ids are the engine's inode numbers (root is 1 in both). A mount may
+// serve one access point instead: its root is the mount's and every
+// request runs as its identity (accesspoint.go).
 //
 // vfs checks permissions itself, the same way for FUSE and NFS. The mount
 // also uses the kernel's default_permissions: the kernel resolves names it
@@ -22,6 +24,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
@@ -37,6 +40,10 @@ type Options struct {
 	// 16 MiB; negative: leave the kernel's).
 	ReadAheadKB int
 	Debug       bool
+	// AccessPoint, if set, is served instead of the whole file system:
+	// its root is the mount's root (made if missing) and every request
+	// runs as its identity (accesspoint.go).
+	AccessPoint *accesspoint.AccessPoint
 }
 
 type server struct {
@@ -52,6 +59,10 @@ type server struct {
 	attrTTL time.Duration
 	notes   *notifier
 	callers *callers
+	// root is the inode of the mount's root: meta.RootIno, or an access
+	// point's root; apCred, with an access point, is its identity.
+	root   vfs.Ino
+	apCred *vfs.Cred
 }
 
 // Mount mounts fs at mountpoint and serves it until Unmount. The returned
@@ -77,7 +88,17 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
 	s := &server{RawFileSystem: fuse.NewDefaultRawFileSystem(), fs: fs, opts: opts,
-		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}, notes: newNotifier(), callers: newCallers()}
+		files: map[uint64]*vfs.Handle{}, dirs: map[uint64]*dirHandle{}, notes: newNotifier(), callers: newCallers(),
+		root: meta.RootIno}
+	permissions := []string{"default_permissions"}
+	if ap := opts.AccessPoint; ap != nil {
+		root, err := ap.Root(context.Background(), fs)
+		if err != nil {
+			return nil, err
+		}
+		s.root, s.apCred = root.Ino, &ap.Cred
+		permissions = nil
+	}
 	mo := &fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "bucketfs",
@@ -94,7 +115,7 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		// Reads return byte slices; splicing them through a pipe only adds
 		// a copy (and a 1 MiB reply does not fit a default pipe).
 		DisableSplice: true,
-		Options:       []string{"default_permissions"},
+		Options:       permissions,
 		AllowOther:    os.Geteuid() == 0,
 		Debug:         opts.Debug,
 		// Directories of the file system may be listed by many processes;
@@ -141,12 +162,12 @@ func (s *server) String() string { return "bucketfs" }
 
 // InvalidateEntry drops the kernel's cached name (bucket-side change).
 func (s *server) InvalidateEntry(parent vfs.Ino, name string) {
-	s.notes.add(notice{ino: parent, name: name})
+	s.notes.add(notice{node: s.node(parent), name: name})
 }
 
 // InvalidateInode drops the kernel's cached attributes and pages of ino.
 func (s *server) InvalidateInode(ino vfs.Ino) {
-	s.notes.add(notice{ino: ino})
+	s.notes.add(notice{node: s.node(ino)})
 }
 
 // notifier sends the kernel its cache invalidations from a goroutine of
@@ -177,8 +198,8 @@ type notifier struct {
 const notifyWait = 50 * time.Millisecond
 
 type notice struct {
-	ino  vfs.Ino
-	name string // a name in directory ino; "" for ino itself
+	node uint64 // a FUSE node id (server.node)
+	name string // a name in directory node; "" for node itself
 }
 
 func newNotifier() *notifier {
@@ -234,9 +255,9 @@ func (n *notifier) run(srv *fuse.Server) {
 			n.sending = time.Now()
 			n.mu.Unlock()
 			if x.name != "" {
-				srv.EntryNotify(uint64(x.ino), x.name)
+				srv.EntryNotify(x.node, x.name)
 			} else {
-				srv.InodeNotify(uint64(x.ino), 0, -1)
+				srv.InodeNotify(x.node, 0, -1)
 			}
 			n.mu.Lock()
 			n.sending = time.Time{}
@@ -259,8 +280,14 @@ func (n *notifier) close() {
 	}
 }
 
-// cred is the identity the request in h runs as.
-func (s *server) cred(h *fuse.InHeader) vfs.Cred { return s.callers.cred(h) }
+// cred is the identity the request in h runs as: the caller's, or the
+// access point's.
+func (s *server) cred(h *fuse.InHeader) vfs.Cred {
+	if s.apCred != nil {
+		return *s.apCred
+	}
+	return s.callers.cred(h)
+}
 
 func status(err error) fuse.Status {
 	if err == nil {
@@ -285,7 +312,7 @@ func (s *server) fillAttr(a *vfs.Attr, out *fuse.Attr) {
 
 // fillEntry describes a in out.
 func (s *server) fillEntry(a *vfs.Attr, out *fuse.EntryOut) {
-	out.NodeId = uint64(a.Ino)
+	out.NodeId = s.node(a.Ino)
 	out.Generation = 1
 	out.SetEntryTimeout(s.opts.EntryTimeout)
 	out.SetAttrTimeout(s.opts.AttrTimeout)
@@ -305,7 +332,11 @@ func (s *server) entry(a vfs.Attr, err error, out *fuse.EntryOut) fuse.Status {
 func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	a, err := s.fs.Lookup(ctx, s.cred(h), vfs.Ino(h.NodeId), name)
+	dir := s.ino(h.NodeId)
+	if name == ".." && dir == s.root {
+		name = "." // the kernel keeps ".." at the mount's root; we do too
+	}
+	a, err := s.fs.Lookup(ctx, s.cred(h), dir, name)
 	if errors.Is(err, syscall.ENOENT) {
 		// A negative entry the kernel may cache briefly.
 		out.NodeId = 0
@@ -318,13 +349,13 @@ func (s *server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 // Forget: the kernel dropped nlookup of its references to nodeid (each
 // entry reply made one).
 func (s *server) Forget(nodeid, nlookup uint64) {
-	s.fs.Forget(context.Background(), vfs.Ino(nodeid), nlookup)
+	s.fs.Forget(context.Background(), s.ino(nodeid), nlookup)
 }
 
 func (s *server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
-	a, err := s.fs.GetAttr(ctx, vfs.Ino(in.NodeId))
+	a, err := s.fs.GetAttr(ctx, s.ino(in.NodeId))
 	if err != nil {
 		return status(err)
 	}
@@ -367,7 +398,7 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if v&fuse.FATTR_FH != 0 {
 		req.Handle = s.file(in.Fh)
 	}
-	a, err := s.fs.SetAttr(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), req)
+	a, err := s.fs.SetAttr(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), req)
 	if err != nil {
 		return status(err)
 	}
@@ -379,27 +410,27 @@ func (s *server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 func (s *server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Mknod(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
+	a, err := s.fs.Mknod(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), name, in.Mode&^in.Umask, in.Rdev)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Mkdir(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), name, in.Mode&^in.Umask)
+	a, err := s.fs.Mkdir(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), name, in.Mode&^in.Umask)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.Unlink(ctx, s.cred(h), vfs.Ino(h.NodeId), name))
+	return status(s.fs.Unlink(ctx, s.cred(h), s.ino(h.NodeId), name))
 }
 
 func (s *server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.Rmdir(ctx, s.cred(h), vfs.Ino(h.NodeId), name))
+	return status(s.fs.Rmdir(ctx, s.cred(h), s.ino(h.NodeId), name))
 }
 
 func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
@@ -415,40 +446,40 @@ func (s *server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if in.Flags&^3 != 0 {
 		return fuse.EINVAL // RENAME_WHITEOUT is for overlay file systems
 	}
-	return status(s.fs.Rename(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), oldName, vfs.Ino(in.Newdir), newName, flags))
+	return status(s.fs.Rename(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), oldName, s.ino(in.Newdir), newName, flags))
 }
 
 func (s *server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Link(ctx, s.cred(&in.InHeader), vfs.Ino(in.Oldnodeid), vfs.Ino(in.NodeId), name)
+	a, err := s.fs.Link(ctx, s.cred(&in.InHeader), s.ino(in.Oldnodeid), s.ino(in.NodeId), name)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, err := s.fs.Symlink(ctx, s.cred(h), vfs.Ino(h.NodeId), name, target)
+	a, err := s.fs.Symlink(ctx, s.cred(h), s.ino(h.NodeId), name, target)
 	return s.entry(a, err, out)
 }
 
 func (s *server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	t, err := s.fs.Readlink(ctx, vfs.Ino(h.NodeId))
+	t, err := s.fs.Readlink(ctx, s.ino(h.NodeId))
 	return []byte(t), status(err)
 }
 
 func (s *server) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 	ctx, done := untilKilled(cancel, &in.InHeader)
 	defer done()
-	return status(s.fs.Access(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), in.Mask&7))
+	return status(s.fs.Access(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), in.Mask&7))
 }
 
 func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	v, err := s.fs.GetXattr(ctx, s.cred(h), vfs.Ino(h.NodeId), attr)
+	v, err := s.fs.GetXattr(ctx, s.cred(h), s.ino(h.NodeId), attr)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -461,7 +492,7 @@ func (s *server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string,
 func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
 	ctx, done := untilKilled(cancel, h)
 	defer done()
-	names, err := s.fs.ListXattr(ctx, s.cred(h), vfs.Ino(h.NodeId))
+	names, err := s.fs.ListXattr(ctx, s.cred(h), s.ino(h.NodeId))
 	if err != nil {
 		return 0, status(err)
 	}
@@ -479,13 +510,13 @@ func (s *server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte
 func (s *server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.SetXattr(ctx, s.cred(&in.InHeader), vfs.Ino(in.NodeId), attr, data, int(in.Flags)))
+	return status(s.fs.SetXattr(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), attr, data, int(in.Flags)))
 }
 
 func (s *server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	return status(s.fs.RemoveXattr(ctx, s.cred(h), vfs.Ino(h.NodeId), attr))
+	return status(s.fs.RemoveXattr(ctx, s.cred(h), s.ino(h.NodeId), attr))
 }
 
 func (s *server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {

@@ -47,6 +47,7 @@ type env struct {
 	eng      *engine.Engine
 	fuse     *fuse.Server
 	s3       *s3.Client // a plain SDK client on the same bucket, as another tool would use
+	mount    bfuse.Options
 }
 
 type option func(*engine.Config)
@@ -90,7 +91,13 @@ func newAWSListingEnv(t testing.TB, opts ...option) *env {
 
 func newEnvOn(t testing.TB, srv *s3local.Server, name string, opts ...option) *env {
 	t.Helper()
-	e := &env{t: t, srv: srv, bucket: name, stateDir: t.TempDir(), mnt: t.TempDir()}
+	return newEnvMounted(t, srv, name, bfuse.Options{Name: "bucketfs-test"}, opts...)
+}
+
+// newEnvMounted is newEnvOn with the mount options mo.
+func newEnvMounted(t testing.TB, srv *s3local.Server, name string, mo bfuse.Options, opts ...option) *env {
+	t.Helper()
+	e := &env{t: t, srv: srv, bucket: name, stateDir: t.TempDir(), mnt: t.TempDir(), mount: mo}
 	e.cfg = engine.Config{StateDir: e.stateDir, Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
 		ExportDelay: 100 * time.Millisecond, OpTimeout: 10 * time.Second}
@@ -111,7 +118,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	srv, err := bfuse.Mount(eng.FS, e.mnt, bfuse.Options{Name: "bucketfs-test"})
+	srv, err := bfuse.Mount(eng.FS, e.mnt, e.mount)
 	if err != nil {
 		eng.Close()
 		e.t.Fatal(err)

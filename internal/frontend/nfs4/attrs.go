@@ -142,8 +142,15 @@ func putTime(b *xdrBuf, ns int64) {
 // change of data, attributes or entries moves.
 func changeAttr(a *vfs.Attr) uint64 { return uint64(a.Ctime) }
 
-// encodeAttrs returns the requested attributes of a as a fattr4.
+// encodeAttrs returns the requested attributes of a, reached through the
+// current filehandle's access point, as a fattr4.
 func (q *request) encodeAttrs(a *vfs.Attr, req attrMask) nfsv4.Fattr4 {
+	return q.encodeAttrsOf(a, q.curAP, req)
+}
+
+// encodeAttrsOf is encodeAttrs of an object reached through access point
+// ap (its filehandle attribute carries ap).
+func (q *request) encodeAttrsOf(a *vfs.Attr, ap *accessPoint, req attrMask) nfsv4.Fattr4 {
 	s := q.s
 	sup := supported(q.minor)
 	var got attrMask
@@ -188,7 +195,7 @@ func (q *request) encodeAttrs(a *vfs.Attr, req attrMask) nfsv4.Fattr4 {
 		case nfsv4.FATTR4_ACLSUPPORT:
 			b.u32(0)
 		case nfsv4.FATTR4_FILEHANDLE:
-			b.opaque(s.makeFH(a.Ino))
+			b.opaque(s.makeFH(a.Ino, ap))
 		case nfsv4.FATTR4_FILEID, nfsv4.FATTR4_MOUNTED_ON_FILEID:
 			b.u64(uint64(a.Ino))
 		case nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE:

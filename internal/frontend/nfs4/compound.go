@@ -17,15 +17,19 @@ import (
 // the current and saved filehandles and stateids, and (4.1) the session
 // slot the request holds.
 type request struct {
-	s     *Server
-	ctx   context.Context
-	conn  *conn
-	cred  vfs.Cred
-	minor uint32
+	s    *Server
+	ctx  context.Context
+	conn *conn
+	// cred is the identity operations run as: the current filehandle's
+	// access point's, or else the caller's own (caller).
+	cred   vfs.Cred
+	caller vfs.Cred
+	minor  uint32
 	// principal is the caller's, for client records (auth.go).
 	principal string
 
-	cur, saved       vfs.Ino // 0: no filehandle
+	cur, saved       vfs.Ino      // 0: no filehandle
+	curAP, savedAP   *accessPoint // the access point cur and saved were reached through, if any
 	curSid, savedSid nfsv4.Stateid4
 	hasCurSid        bool
 	hasSavedSid      bool
@@ -127,7 +131,7 @@ func (s *Server) compound(ctx context.Context, c *conn, who caller, args []byte,
 		}
 		return encodeCompound(tag, st, nil), true
 	}
-	q := &request{s: s, ctx: ctx, conn: c, cred: who.cred, principal: who.principal, minor: minor, count: count, reqSize: reqSize}
+	q := &request{s: s, ctx: ctx, conn: c, cred: who.cred, caller: who.cred, principal: who.principal, minor: minor, count: count, reqSize: reqSize}
 	defer q.releaseSlot(nil)
 	var results []opResult
 	size := rpcReplyHeader + 12 + (len(tag)+3)&^3 // status, tag, result count

@@ -8,6 +8,9 @@ import (
 // wraps its result. Every operation is one method of request with the
 // operation's arguments in and its result union out.
 func (q *request) dispatch(op operation) (opResult, nfsv4.Nfsstat4) {
+	if res, st, refused := q.pseudoRootGuard(op.GetArgop()); refused {
+		return res, st
+	}
 	switch a := op.(type) {
 	// Filehandles and attributes (ops_fh.go).
 	case *nfsv4.NfsArgop4_OP_PUTROOTFH:

@@ -85,14 +85,24 @@
 // # Filehandles and cookies
 //
 // A filehandle is a version byte, a hash of the file system id, the inode
-// number and a MAC of them under a per-file-system secret (fh.go), so only
-// the server makes them. Inode numbers are never reused and the secret is
+// number, the access point it was reached through and a MAC of them under
+// a per-file-system secret (fh.go), so only the server makes them. Inode numbers are never reused and the secret is
 // kept in the kv, so handles stay valid across restarts and a handle for a
 // deleted inode is NFS4ERR_STALE.
 // READDIR cookies are a hash of the entry name (readdir.go): stable across
 // restarts and concurrent changes; a small cache maps recent cookies back
 // to names so that resuming a listing of 100,000 entries never rereads it
 // from the start, and a cache miss costs one scan of the directory.
+//
+// # Access points
+//
+// With access points configured (Options.AccessPoints, accesspoint.go),
+// PUTROOTFH is a read-only pseudo-root listing only their names, and
+// LOOKUP of a name gives that access point's root. Its handles carry the
+// access point: every operation through one runs as the access point's
+// identity whatever AUTH_SYS claims, LOOKUPP at its root stays there,
+// PUTFH refuses (NFS4ERR_STALE) a handle whose file is no longer under the
+// root, and RENAME, LINK and COPY across access points are NFS4ERR_XDEV.
 //
 // Delegations are never granted and no back channel is offered.
 package nfs4

@@ -115,6 +115,9 @@ func (q *request) rename(a *nfsv4.Rename4args) nfsv4.Rename4res {
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
+	if st := q.sameAccessPoint(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
 	src, st := q.s.attrOf(q.ctx, q.saved)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
@@ -143,6 +146,9 @@ func (q *request) link(name string) nfsv4.Link4res {
 	}
 	dir, st := q.curDir()
 	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if st := q.sameAccessPoint(); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	src, st := q.s.attrOf(q.ctx, q.saved)

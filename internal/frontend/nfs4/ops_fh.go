@@ -15,20 +15,34 @@ func (q *request) setCur(ino vfs.Ino) {
 	q.hasCurSid = false
 }
 
+// putrootfh makes the root current: the pseudo-root when access points
+// are configured (accesspoint.go), else the file system's root.
 func (q *request) putrootfh() nfsv4.Nfsstat4 {
-	q.setCur(meta.RootIno)
+	if q.s.aps.on() {
+		q.setFH(pseudoRoot, nil)
+	} else {
+		q.setFH(meta.RootIno, nil)
+	}
 	return nfsv4.NFS4_OK
 }
 
+// putfh makes a filehandle current, with its access point: a handle of an
+// access point must still lie under its root.
 func (q *request) putfh(fh []byte) nfsv4.Nfsstat4 {
-	ino, st := q.s.parseFH(fh)
+	ino, ap, st := q.s.parseFH(fh)
 	if st != nfsv4.NFS4_OK {
 		return st
 	}
-	if _, st := q.s.attrOf(q.ctx, ino); st != nfsv4.NFS4_OK {
+	a, st := q.s.attrOf(q.ctx, ino)
+	if st != nfsv4.NFS4_OK {
 		return st
 	}
-	q.setCur(ino)
+	if ap != nil {
+		if st := q.s.inside(q.ctx, ap, ino, &a); st != nfsv4.NFS4_OK {
+			return st
+		}
+	}
+	q.setFH(ino, ap)
 	return nfsv4.NFS4_OK
 }
 
@@ -36,22 +50,25 @@ func (q *request) getfh() nfsv4.Getfh4res {
 	if _, st := q.curAttr(); st != nfsv4.NFS4_OK {
 		return &nfsv4.Getfh4res_default{Status: st}
 	}
-	return &nfsv4.Getfh4res_NFS4_OK{Resok4: nfsv4.Getfh4resok{Object: q.s.makeFH(q.cur)}}
+	return &nfsv4.Getfh4res_NFS4_OK{Resok4: nfsv4.Getfh4resok{Object: q.s.makeFH(q.cur, q.curAP)}}
 }
 
 func (q *request) savefh() nfsv4.Nfsstat4 {
 	if st := q.needFH(); st != nfsv4.NFS4_OK {
 		return st
 	}
-	q.saved, q.savedSid, q.hasSavedSid = q.cur, q.curSid, q.hasCurSid
+	q.saved, q.savedAP, q.savedSid, q.hasSavedSid = q.cur, q.curAP, q.curSid, q.hasCurSid
 	return nfsv4.NFS4_OK
 }
 
+// restorefh brings back the saved filehandle with its access point, and
+// so the identity operations run as.
 func (q *request) restorefh() nfsv4.Nfsstat4 {
 	if q.saved == 0 {
 		return nfsv4.NFS4ERR_RESTOREFH
 	}
-	q.cur, q.curSid, q.hasCurSid = q.saved, q.savedSid, q.hasSavedSid
+	q.cur, q.curAP, q.curSid, q.hasCurSid = q.saved, q.savedAP, q.savedSid, q.hasSavedSid
+	q.cred = q.credFor(q.curAP)
 	return nfsv4.NFS4_OK
 }
 
@@ -95,6 +112,9 @@ func (q *request) lookup(name string) nfsv4.Nfsstat4 {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return st
 	}
+	if q.cur == pseudoRoot {
+		return q.lookupAccessPoint(name)
+	}
 	a, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
 	if err != nil {
 		return statusOf(err)
@@ -103,16 +123,29 @@ func (q *request) lookup(name string) nfsv4.Nfsstat4 {
 	return nfsv4.NFS4_OK
 }
 
+// lookupp goes up one directory. At an access point's root it stays
+// there, as ".." does at "/"; at the file system's root or the
+// pseudo-root there is nothing above (NFS4ERR_NOENT).
 func (q *request) lookupp() nfsv4.Nfsstat4 {
 	if _, st := q.curDir(); st != nfsv4.NFS4_OK {
 		return st
 	}
-	if q.cur == meta.RootIno {
+	ap := q.curAP
+	switch {
+	case ap != nil && q.cur == ap.root:
+		return nfsv4.NFS4_OK
+	case q.cur == meta.RootIno || q.cur == pseudoRoot:
 		return nfsv4.NFS4ERR_NOENT
 	}
 	a, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, "..")
 	if err != nil {
 		return statusOf(err)
+	}
+	if ap != nil {
+		// The current directory was moved out of the root since PUTFH.
+		if st := q.s.inside(q.ctx, ap, a.Ino, &a); st != nfsv4.NFS4_OK {
+			return st
+		}
 	}
 	q.setCur(a.Ino)
 	return nfsv4.NFS4_OK
@@ -124,6 +157,9 @@ func (q *request) access(want uint32) nfsv4.Access4res {
 		return &nfsv4.Access4res_default{Status: st}
 	}
 	may := func(mask uint32) bool { return q.s.fs.Access(q.ctx, q.cred, q.cur, mask) == nil }
+	if q.cur == pseudoRoot {
+		may = func(mask uint32) bool { return mask&2 == 0 } // read-only for everyone
+	}
 	var bits, allowed uint32
 	add := func(b uint32, ok func() bool) {
 		if want&b == 0 {
@@ -230,7 +266,11 @@ func (q *request) secinfo(name string) nfsv4.Secinfo4res {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return &nfsv4.Secinfo4res_default{Status: st}
 	}
-	if _, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name); err != nil {
+	if q.cur == pseudoRoot {
+		if q.s.aps.byName[name] == nil {
+			return &nfsv4.Secinfo4res_default{Status: nfsv4.NFS4ERR_NOENT}
+		}
+	} else if _, err := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name); err != nil {
 		return &nfsv4.Secinfo4res_default{Status: statusOf(err)}
 	}
 	if q.minor >= 1 {
@@ -248,7 +288,8 @@ func (q *request) secinfoNoName(style nfsv4.SecinfoStyle4) nfsv4.Secinfo4res {
 		if !a.IsDir() {
 			return &nfsv4.Secinfo4res_default{Status: nfsv4.NFS4ERR_NOTDIR}
 		}
-		if q.cur == meta.RootIno {
+		// The parent of an access point's root is itself (lookupp).
+		if (q.cur == meta.RootIno && q.curAP == nil) || q.cur == pseudoRoot {
 			return &nfsv4.Secinfo4res_default{Status: nfsv4.NFS4ERR_NOENT}
 		}
 	}

@@ -167,6 +167,9 @@ func (q *request) copy(a *nfsv4.Copy4args) nfsv4.Copy4res {
 	if len(a.CaSourceServer) > 0 {
 		return fail(nfsv4.NFS4ERR_NOTSUPP) // inter-server copy
 	}
+	if st := q.sameAccessPoint(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
 	src, st := q.handleOn(q.saved, a.CaSrcStateid, false)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)

@@ -278,7 +278,7 @@ func TestReaddirOfALargeDirectoryResumesByCookie(t *testing.T) {
 	}
 	c := e.dial(1, userCred)
 	c.session("lister")
-	fh := e.srv.makeFH(dir.Ino)
+	fh := e.srv.makeFH(dir.Ino, nil)
 	got, pages := readdirAll(t, c, fh, 8192)
 	if !slices.Equal(got, want) || pages < 10 {
 		t.Fatalf("listed %d names in %d pages, want %d in many", len(got), pages, n)

@@ -122,14 +122,22 @@ func (q *request) readdir(a *nfsv4.Readdir4args) nfsv4.Readdir4res {
 		return fail(st)
 	}
 	verf := q.s.cookieVerf()
-	after := ""
 	switch {
 	case a.Cookie == 0:
 	case a.Cookie < 3:
 		return fail(nfsv4.NFS4ERR_BAD_COOKIE)
 	case a.Cookieverf != verf:
 		return fail(nfsv4.NFS4ERR_NOT_SAME)
-	default:
+	}
+	req := maskOf(a.AttrRequest)
+	if req.asksWriteOnly() {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	if q.cur == pseudoRoot {
+		return q.readdirPseudoRoot(a, req) // accesspoint.go
+	}
+	after := ""
+	if a.Cookie != 0 {
 		var st nfsv4.Nfsstat4
 		if after, st = q.resumeAfter(a.Cookie); st != nfsv4.NFS4_OK {
 			return fail(st)
@@ -141,10 +149,6 @@ func (q *request) readdir(a *nfsv4.Readdir4args) nfsv4.Readdir4res {
 	}
 	const overhead = 8 + 4 + 4 // verifier, end of list, eof
 	size := overhead
-	req := maskOf(a.AttrRequest)
-	if req.asksWriteOnly() {
-		return fail(nfsv4.NFS4ERR_INVAL)
-	}
 	var (
 		head, tail *nfsv4.Entry4
 		n          int

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"bucketfs/internal/accesspoint"
 	"bucketfs/internal/vfs"
 )
 
@@ -26,6 +27,9 @@ type Options struct {
 	// AllowAuthNone accepts AUTH_NONE callers, who run as nobody;
 	// otherwise they are refused with AUTH_TOOWEAK.
 	AllowAuthNone bool
+	// AccessPoints are served as SERVER:/NAME; with any, SERVER:/ is a
+	// pseudo-root that lists only them (accesspoint.go).
+	AccessPoints []accesspoint.AccessPoint
 	// LeaseTime is the lease a client must renew (default 90s).
 	LeaseTime time.Duration
 	// TLS, if set, lets clients start RPC-with-TLS (tls.go;
@@ -64,6 +68,7 @@ type Server struct {
 	fhKey    []byte // the file system's filehandle secret (fh.go)
 	opts     Options
 	log      *slog.Logger
+	aps      accessPoints // accesspoint.go
 	lease    time.Duration
 
 	// writeVerf changes on every start: a client that sees it change
@@ -92,7 +97,8 @@ type Server struct {
 
 // New returns a server for fs. Filehandles carry the file system's id
 // (fs.Meta().Fsid()) and a MAC under its filehandle secret, which New
-// reads from the file system's kv (making it on first use).
+// reads from the file system's kv (making it on first use). New finds the
+// access points' roots, making those that are missing.
 func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -116,6 +122,9 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	copy(s.writeVerf[:], seed[:8])
 	s.boot = binary.BigEndian.Uint32(seed[8:]) | 1
 	s.state = newStateTable(s.boot)
+	if err := s.setupAccessPoints(ctx, opts.AccessPoints); err != nil {
+		return nil, fmt.Errorf("nfs server: %w", err)
+	}
 	if err := s.startGrace(ctx); err != nil {
 		return nil, fmt.Errorf("nfs server: %w", err)
 	}

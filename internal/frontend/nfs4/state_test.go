@@ -94,7 +94,7 @@ func TestLeaseExpiryReleasesTheClientsLocksAndOpens(t *testing.T) {
 }
 
 func (e *env) srvIno(fh []byte) vfs.Ino {
-	i, _ := e.srv.parseFH(fh)
+	i, _, _ := e.srv.parseFH(fh)
 	return i
 }
 

@@ -209,7 +209,7 @@ func xattrEnv(t *testing.T) (e *env, c *tclient, fh []byte, ino vfs.Ino) {
 	}
 	c = e.dial(2, userCred)
 	c.session("xattrs")
-	return e, c, e.srv.makeFH(a.Ino), a.Ino
+	return e, c, e.srv.makeFH(a.Ino, nil), a.Ino
 }
 
 func changeOf(t *testing.T, c *tclient, fh []byte) uint64 {
@@ -313,7 +313,7 @@ func TestXattrErrorCorners(t *testing.T) {
 	c.xexpect(nfsv4.NFS4ERR_NOFILEHANDLE, getxattrOp("k"))
 	c.xexpect(nfsv4.NFS4ERR_NOFILEHANDLE, listxattrsOp(0, 4096))
 	// User xattrs live on regular files and directories only (as Linux).
-	c.xexpect(nfsv4.NFS4ERR_PERM, putfh(e.srv.makeFH(ln.Ino)), setxattrOp(rfcEither, "k", []byte("v")))
+	c.xexpect(nfsv4.NFS4ERR_PERM, putfh(e.srv.makeFH(ln.Ino, nil)), setxattrOp(rfcEither, "k", []byte("v")))
 	c.xdo(putroot(), setxattrOp(rfcEither, "on-a-dir", []byte("v")))
 }
 
@@ -384,7 +384,7 @@ func TestListxattrsResumesByCookieUntilEOF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := xattrOf(t, c.xdo(putfh(e.srv.makeFH(a.Ino)), listxattrsOp(0, 16))[1], rfcListxattrs)
+	l := xattrOf(t, c.xdo(putfh(e.srv.makeFH(a.Ino, nil)), listxattrsOp(0, 16))[1], rfcListxattrs)
 	if len(l.names) != 0 || !l.eof {
 		t.Errorf("LISTXATTRS of a bare file: %q eof %v", l.names, l.eof)
 	}
@@ -470,7 +470,7 @@ func TestXattrPermissionsFollowTheFileMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, g := access(owner, e.srv.makeFH(ln.Ino)); g&rfcAccessXAWrite != 0 {
+	if _, g := access(owner, e.srv.makeFH(ln.Ino, nil)); g&rfcAccessXAWrite != 0 {
 		t.Errorf("owner's ACCESS to a symlink granted XAWRITE (%#x)", g)
 	}
 }
@@ -512,7 +512,7 @@ func TestXattrOperationsAreIllegalBeforeMinorVersion2(t *testing.T) {
 // true on every object.
 func TestXattrSupportAttributeReadsTrue(t *testing.T) {
 	e, c, fh, _ := xattrEnv(t)
-	for _, obj := range [][]byte{fh, e.srv.makeFH(1)} {
+	for _, obj := range [][]byte{fh, e.srv.makeFH(1, nil)} {
 		out := c.do(putfh(obj), getattr(nfsv4.FATTR4_SUPPORTED_ATTRS, rfcXattrSupport))
 		f := out[1].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK).Resok4.ObjAttributes
 		if !slices.Equal(f.Attrmask, maskFrom(nfsv4.FATTR4_SUPPORTED_ATTRS, rfcXattrSupport).words()) {
