@@ -68,7 +68,17 @@ func versionLine() string {
 }
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "mount.bucketfs" {
+		// Called by mount(8) as the mount helper (helper.go).
+		a, err := helperArgs(args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mount.bucketfs:", err)
+			os.Exit(1)
+		}
+		args = a
+	}
+	if err := run(args, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the flags were printed
 		}
@@ -249,10 +259,16 @@ func logger(level string, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func mount(args []string, stdout, stderr io.Writer) error {
+func mount(args []string, stdout, stderr io.Writer) (err error) {
+	defer func() {
+		if err != nil {
+			reportFailure(err) // to a background parent, if any
+		}
+	}()
 	fset := flag.NewFlagSet("mount", flag.ContinueOnError)
 	var o options
 	o.register(fset)
+	background := fset.Bool("background", false, "return once mounted, leaving bucketfs running in the background (log in STATE_DIR/bucketfs.log; umount stops it)")
 	var aps accesspoint.List
 	fset.Var(&aps, "access-point", "mount only this access point, as its identity: NAME=PATH,uid=U,gid=G[,groups=A:B][,mode=0750]")
 	if err := parseFlags(fset, args, stdout, command{name: "mount", synopsis: "mount [flags] MOUNTPOINT",
@@ -282,6 +298,13 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	cfg, _, err := o.config(stderr)
 	if err != nil {
 		return err
+	}
+	if *background {
+		dir, err := filepath.Abs(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		return startInBackground(args, filepath.Join(dir, "bucketfs.log"), stdout)
 	}
 	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
 		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
@@ -329,6 +352,8 @@ func mount(args []string, stdout, stderr io.Writer) error {
 	defer forgetMount(e.StateDir(), mountpoint)
 	fmt.Fprintf(stdout, "bucketfs: %s mounted at %s (state in %s)\n", e.Bucket, mountpoint, cfg.StateDir)
 	printEndpoints(stdout, e)
+	reportReady()
+	defer sdNotify("STOPPING=1")
 	unmounted := make(chan struct{})
 	go func() {
 		srv.Wait()

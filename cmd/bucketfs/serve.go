@@ -77,6 +77,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s (state in %s)\n", e.Bucket, ln.Addr(), cfg.StateDir)
 	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o vers=4.1,port=%s %s:/ /mnt/bucket\n", port, host)
 	printEndpoints(stdout, e)
+	sdNotify("READY=1")
+	defer sdNotify("STOPPING=1")
 	err = srv.Serve(ctx, ln)
 	srv.Close()
 	if ctx.Err() != nil {
