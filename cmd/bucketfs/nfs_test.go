@@ -71,7 +71,7 @@ func TestLibnfsListsReadsAndWritesFilesOnServe(t *testing.T) {
 		t.Fatalf("nfs-cat read %d bytes, want the %d put through S3", len(got), len(big))
 	}
 	// A file written over NFS reaches the bucket. (Debian's nfs-cp fails
-	// uploads over about 3.9 KB against any server, see NFS-NOTES.)
+	// uploads over about 3.9 KB against any server: a limit of that build, see README.)
 	small := []byte("written by libnfs over NFSv4.0\n")
 	src := filepath.Join(t.TempDir(), "small.txt")
 	if err := os.WriteFile(src, small, 0o644); err != nil {
