@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -38,34 +37,12 @@ func TestAccessPointFlagErrorsAreOneLine(t *testing.T) {
 	}
 }
 
-// startServeWith is startServe (nfs_test.go) with more flags.
-func startServeWith(t *testing.T, p *fsProc, flags ...string) string {
-	t.Helper()
-	nfsAddr := freeAddr(t)
-	args := append([]string{"serve", "--state-dir", p.stateDir, "--s3-listen", p.s3Addr,
-		"--nfs-listen", nfsAddr, "--export-delay", "100ms"}, flags...)
-	p.cmd = exec.Command(binary, args...)
-	p.log = &bytes.Buffer{}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd := p.cmd
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	})
-	waitFor(t, "the NFS server", func() bool { return strings.Contains(p.log.String(), "over NFS on") })
-	_, port, _ := strings.Cut(nfsAddr, ":")
-	return port
-}
-
 // The README's two-team example, through a client nobody here wrote:
 // SERVER:/ lists the two access points and nothing else, and a file
 // written through SERVER:/team-a lands under team A's root.
 func TestLibnfsReachesTheFileSystemOnlyThroughAccessPoints(t *testing.T) {
 	p := newFS(t)
-	port := startServeWith(t, p,
+	port := startServe(t, p,
 		"--access-point", "team-a=/teams/a,uid=2001,gid=2001,mode=0770",
 		"--access-point", "team-b=/teams/b,uid=2002,gid=2002,mode=0770")
 	url := func(path string) string {
