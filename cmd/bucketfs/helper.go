@@ -67,7 +67,10 @@ func helperArgs(args []string) ([]string, error) {
 	switch src := pos[0]; {
 	case strings.HasPrefix(src, "s3://"):
 		out = append(out, "--bucket", src)
-	case src == "bucketfs" || src == "embedded":
+	case src == "bucketfs" || src == "embedded" || src == "none",
+		// mount(8) turns a source that names an existing file into its
+		// absolute path: "bucketfs" run where a file of that name is.
+		filepath.IsAbs(src) && (filepath.Base(src) == "bucketfs" || filepath.Base(src) == "embedded"):
 	default:
 		return nil, fmt.Errorf("source %q: use s3://NAME[/PREFIX], or bucketfs for the embedded store", src)
 	}
@@ -129,12 +132,13 @@ func startInBackground(args []string, logPath string, stdout io.Writer) error {
 		return err
 	}
 	w.Close()
+	pid := cmd.Process.Pid
 	cmd.Process.Release()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	line = strings.TrimSpace(line)
 	switch {
 	case line == "ok":
-		fmt.Fprintf(stdout, "bucketfs: mounted in the background (pid %d); log in %s\n", cmd.Process.Pid, logPath)
+		fmt.Fprintf(stdout, "bucketfs: mounted in the background (pid %d); log in %s\n", pid, logPath)
 		return nil
 	case line != "":
 		return errors.New(line)

@@ -27,8 +27,10 @@ func TestHelperArgumentsBecomeMountFlags(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("helper args\n got %q\nwant %q", got, want)
 	}
-	if got, _ := helperArgs([]string{"bucketfs", "/mnt/b"}); !slices.Equal(got, []string{"mount", "--background", "/mnt/b"}) {
-		t.Errorf("embedded source: %q", got)
+	for _, src := range []string{"bucketfs", "embedded", "none", "/usr/local/bin/bucketfs"} {
+		if got, _ := helperArgs([]string{src, "/mnt/b"}); !slices.Equal(got, []string{"mount", "--background", "/mnt/b"}) {
+			t.Errorf("embedded source %q: %q", src, got)
+		}
 	}
 	for _, bad := range [][]string{{"/mnt/only"}, {"ftp://x", "/mnt"}, {"bucketfs", "/mnt", "-o"}} {
 		if _, err := helperArgs(bad); err == nil {
