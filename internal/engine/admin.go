@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"bucketfs/internal/meta"
@@ -75,7 +76,10 @@ func (e *Engine) ListenerHandler() http.Handler {
 
 func (e *Engine) serveMetricsAndEvents(mux *http.ServeMux) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{e})
+	// The Go runtime's and the process's own figures (go_*, process_*),
+	// which Prometheus users expect of every exporter, beside ours.
+	reg.MustRegister(collector{e}, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/events", e.webhook)
 }
