@@ -3,6 +3,7 @@ package bucket
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -658,5 +659,27 @@ func TestListingsDecodeURLEncodedKeys(t *testing.T) {
 	want := []string{"ctl/a\x01b", "ctl/100%25 sure+plus", "ctl/sub\x02/"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("List = %q, want %q", got, want)
+	}
+}
+
+func TestStatsReadTheirSnakeCaseNamesAndTheGoNamesEarlierVersionsWrote(t *testing.T) {
+	want := Stats{Get: 1, Put: 2, List: 3, Head: 4, Copy: 5, Delete: 6, Multipart: 7, Other: 8,
+		Retries: 9, BytesRead: 10, BytesWritten: 11}
+	now, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(now), `"bytes_read":10`) || strings.Contains(string(now), "Bytes") {
+		t.Errorf("Stats as JSON: %s, want snake_case names", now)
+	}
+	old := `{"Get":1,"Put":2,"List":3,"Head":4,"Copy":5,"Delete":6,"Multipart":7,"Other":8,"Retries":9,"BytesRead":10,"BytesWritten":11}`
+	for _, in := range []string{string(now), old} {
+		var got Stats
+		if err := json.Unmarshal([]byte(in), &got); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got != want {
+			t.Errorf("%s read as %+v, want %+v", in, got, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -12,18 +13,44 @@ import (
 // Stats are a client's counters since it was made. Request counts are HTTP
 // requests sent, retries included.
 type Stats struct {
-	Get       uint64 // GetObject
-	Put       uint64 // PutObject
-	List      uint64 // ListObjectsV2, ListObjectVersions
-	Head      uint64 // HeadObject
-	Copy      uint64 // CopyObject
-	Delete    uint64 // DeleteObject
-	Multipart uint64 // Create/Complete/AbortMultipartUpload, UploadPart, UploadPartCopy
-	Other     uint64 // anything else (GetBucketVersioning ...)
+	Get       uint64 `json:"get"`       // GetObject
+	Put       uint64 `json:"put"`       // PutObject
+	List      uint64 `json:"list"`      // ListObjectsV2, ListObjectVersions
+	Head      uint64 `json:"head"`      // HeadObject
+	Copy      uint64 `json:"copy"`      // CopyObject
+	Delete    uint64 `json:"delete"`    // DeleteObject
+	Multipart uint64 `json:"multipart"` // Create/Complete/AbortMultipartUpload, UploadPart, UploadPartCopy
+	Other     uint64 `json:"other"`     // anything else (GetBucketVersioning ...)
 
-	Retries      uint64 // requests that were retries of a failed attempt
-	BytesRead    uint64 // object data received (Get bodies, ReadAt)
-	BytesWritten uint64 // object data sent (Put, uploaded parts), counted on success
+	Retries      uint64 `json:"retries"`       // requests that were retries of a failed attempt
+	BytesRead    uint64 `json:"bytes_read"`    // object data received (Get bodies, ReadAt)
+	BytesWritten uint64 `json:"bytes_written"` // object data sent (Put, uploaded parts), counted on success
+}
+
+// UnmarshalJSON reads Stats as they are written now, and as bucketfs wrote
+// them before they had snake_case names (Go's field names): a status.json
+// an earlier version left in a state directory, or the /status of an
+// earlier version still running. The one-word names match either way
+// (encoding/json matches names regardless of case); BytesRead and
+// BytesWritten are read here.
+func (s *Stats) UnmarshalJSON(b []byte) error {
+	type current Stats // without this method
+	var v struct {
+		current
+		OldBytesRead    *uint64 `json:"BytesRead"`
+		OldBytesWritten *uint64 `json:"BytesWritten"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Stats(v.current)
+	if v.OldBytesRead != nil {
+		s.BytesRead = *v.OldBytesRead
+	}
+	if v.OldBytesWritten != nil {
+		s.BytesWritten = *v.OldBytesWritten
+	}
+	return nil
 }
 
 // Requests is the total number of requests sent.

@@ -147,3 +147,16 @@ func TestTheEventsTokenIsMadeOncePerStateDirectory(t *testing.T) {
 		t.Error("two state directories have the same token")
 	}
 }
+
+func TestMetricsIncludeTheGoRuntimeAndTheProcessBesideOurs(t *testing.T) {
+	e := openEngine(t)
+	for name, h := range map[string]http.Handler{"socket": e.SocketHandler(), "listener": e.ListenerHandler()} {
+		if got := metric(t, h, "go_goroutines"); got < 1 {
+			t.Errorf("%s: go_goroutines %v", name, got)
+		}
+		if got := metric(t, h, "process_resident_memory_bytes"); got <= 0 {
+			t.Errorf("%s: process_resident_memory_bytes %v", name, got)
+		}
+		metric(t, h, "bucketfs_pending_exports")
+	}
+}

@@ -115,6 +115,12 @@ type Engine struct {
 	metricsAddr    string
 	eventsToken    string       // the webhook's secret (hex)
 	webhook        http.Handler // /events, one for both listeners: it caches SNS certificates
+
+	evictions atomic.Int64 // files whose tier copy eviction dropped
+	// summaryInterval is SummaryInterval; tests set it shorter before
+	// Start. summaryRounds counts the intervals summarize has looked at.
+	summaryInterval time.Duration
+	summaryRounds   atomic.Int64
 }
 
 func (c *Config) defaults() {
@@ -159,7 +165,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		return nil, err
 	}
 	cfg.defaults()
-	eng := &Engine{cfg: cfg, log: cfg.Logger}
+	eng := &Engine{cfg: cfg, log: cfg.Logger, summaryInterval: SummaryInterval}
 	e = eng
 	defer func() {
 		if err != nil {
@@ -255,8 +261,9 @@ func (e *Engine) onStoreEvent(ev s3local.Event) {
 	}
 }
 
-// Start runs the exporter, the importer's event workers and poller, and
-// tier eviction in the background until Close.
+// Start runs the exporter, the importer's event workers and poller, tier
+// eviction and the periodic summary in the log in the background until
+// Close.
 func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
@@ -282,6 +289,7 @@ func (e *Engine) Start() {
 	if e.cfg.TierCapacity > 0 {
 		e.spawn(func() { every(ctx, 5*time.Second, func() { e.evict(ctx) }) })
 	}
+	e.spawn(func() { e.summarize(ctx, e.summaryInterval) })
 }
 
 // spawn runs fn in the background until Close.
@@ -326,7 +334,8 @@ func (e *Engine) checkpoint(ctx context.Context) {
 // clean files whose bytes the bucket holds, least recently used first,
 // until the tier is 10% under its capacity. Dirty files, open files and
 // anything the bucket lacks stay (meta.EvictData checks it again in the
-// transaction that drops the data).
+// transaction that drops the data). Each file evicted is a debug line
+// ("tier evicted": ino, key, bytes).
 func (e *Engine) evict(ctx context.Context) {
 	u, err := e.Meta.Usage(ctx)
 	if err != nil || u.Total <= e.cfg.TierCapacity {
@@ -350,6 +359,10 @@ func (e *Engine) evict(ctx context.Context) {
 		if err != nil {
 			e.log.Warn("tier eviction", "ino", c.Ino, "err", err)
 			return
+		}
+		if freed > 0 {
+			e.evictions.Add(1)
+			e.logEvicted(ctx, c.Ino, freed)
 		}
 		over -= freed
 	}

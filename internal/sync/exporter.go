@@ -217,8 +217,7 @@ func (e *Exporter) FlushInode(ctx context.Context, ino meta.Ino) error {
 		e.mu.Unlock()
 		var ce *conflictError
 		if errors.As(err, &ce) {
-			e.conflicts.Add(1)
-			e.revalidateLater([]string{ce.key})
+			e.refused(ce)
 			return fmt.Errorf("conflict: %q changed in the bucket; the bucket's version wins and this one goes to lost+found", ce.key)
 		}
 		if err != nil {
@@ -260,9 +259,7 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 			err := e.reconcile(ctx, q)
 			var ce *conflictError
 			if errors.As(err, &ce) {
-				e.conflicts.Add(1)
-				e.log.Warn("export refused: the object changed in the bucket", "key", ce.key, "err", ce.err)
-				e.revalidateLater([]string{ce.key})
+				e.refused(ce)
 			}
 			if err != nil {
 				mu.Lock()
@@ -278,6 +275,15 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 	}
 	wg.Wait()
 	return failed
+}
+
+// refused counts and logs an export the bucket refused because the object
+// changed there, and has the importer resolve the conflict (the bucket
+// wins; the importer logs what goes to lost+found).
+func (e *Exporter) refused(ce *conflictError) {
+	e.conflicts.Add(1)
+	e.log.Warn("export refused: the object changed in the bucket; the importer resolves the conflict", "key", ce.key, "err", ce.err)
+	e.revalidateLater([]string{ce.key})
 }
 
 // deletesRefused counts and logs, as conflicts, the keys whose delete the
@@ -331,6 +337,7 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	defer snap.Close()
 	in, err := snap.Get(q.Ino)
 	if errors.Is(err, syscall.ENOENT) {
+		e.log.Debug("export skipped", "ino", q.Ino, "reason", "the inode is gone")
 		return e.meta.Forget(ctx, q.Ino)
 	}
 	if err != nil {
@@ -345,10 +352,14 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 	if due, queued, err := snap.QueuedAt(q.Ino); err != nil {
 		return err
 	} else if queued && due != q.Due {
+		e.log.Debug("export deferred", "ino", q.Ino, "reason", "changed since the queue was read", "due_in", time.Until(time.Unix(0, due)).Round(time.Millisecond))
 		return nil
 	}
 	if in.Ino == meta.RootIno || in.Has(meta.NoExport) {
 		_, _, err := e.meta.Synced(ctx, q, in.Gen, func(*meta.Inode) {})
+		if err == nil && in.Ino != meta.RootIno {
+			e.log.Debug("export skipped", "ino", q.Ino, "reason", "not exported (lost+found or below it)")
+		}
 		return err
 	}
 	paths, underLF, err := snap.Paths(in.Ino)
@@ -391,6 +402,7 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 
 func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.Snapshot, in *meta.Inode, want []string) (err error) {
 	gen := in.Gen
+	var note exportNote
 	have := map[string]meta.Object{}
 	for _, k := range in.Keys {
 		have[k.Key] = k
@@ -422,6 +434,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			}
 			src, base = obj, obj
 			keep = append(keep, obj)
+			note = exportNote{action: "uploaded", key: obj.Key, version: obj.VersionID, bytes: obj.Size}
 		case in.Dirty():
 			// Attributes only: rewrite metadata in place where the name is
 			// already exported (the new Gen is durable, as above).
@@ -435,6 +448,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 				}
 				src = toObject(obj, in.Size)
 				keep = append(keep, src)
+				note = exportNote{action: "attributes", key: obj.Key, version: obj.VersionID}
 			}
 		}
 		if src.Key == "" {
@@ -468,6 +482,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 				return e.conflictOr(k, err)
 			}
 			keep = append(keep, toObject(obj, in.Size))
+			note.copied = append(note.copied, k)
 		}
 	}
 	// Names the inode no longer has.
@@ -478,12 +493,15 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 	var conflicts []string
 	for _, k := range in.Keys {
 		if !wanted[k.Key] {
-			c, err := e.deleteIfUnchanged(ctx, in.Ino, k)
+			c, deleted, err := e.deleteIfUnchanged(ctx, in.Ino, k)
 			if err != nil {
 				return err
 			}
 			if c != "" {
 				conflicts = append(conflicts, c)
+			}
+			if deleted {
+				note.deleted = append(note.deleted, k.Key)
 			}
 		}
 	}
@@ -508,12 +526,21 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 		return err
 	}
 	e.exported.Add(1)
-	if done && after.Nlink == 0 && !e.cfg.IsOpen(after.Ino) {
-		return e.meta.Forget(ctx, after.Ino)
+	if note.key == "" && len(keep) > 0 {
+		note.key, note.version = keep[0].Key, keep[0].VersionID
 	}
-	if after.Nlink == 0 && e.cfg.IsOpen(after.Ino) {
+	switch {
+	case done && after.Nlink == 0 && !e.cfg.IsOpen(after.Ino):
+		e.logExport(ctx, in, &note, "")
+		return e.meta.Forget(ctx, after.Ino)
+	case after.Nlink == 0 && e.cfg.IsOpen(after.Ino):
 		// Still open: look again later.
+		e.logExport(ctx, in, &note, "removed but still open: its data stays until the last close")
 		return e.meta.Enqueue(ctx, after.Ino, time.Now().Add(e.cfg.Poll), true)
+	case !done:
+		e.logExport(ctx, in, &note, "changed during the export: exported again after the quiet period")
+	default:
+		e.logExport(ctx, in, &note, "")
 	}
 	return nil
 }
@@ -568,7 +595,7 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 	if who, _, ok := originOf(cur.Metadata, key); !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
 		return nil
 	}
-	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version", cur.VersionID)
+	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version_id", cur.VersionID)
 	if err := e.bucket.Delete(ctx, key); err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
@@ -608,20 +635,22 @@ func (e *Exporter) conflictOr(key string, err error) error {
 // deleteIfUnchanged deletes the object at k unless the bucket changed it
 // since the file side saw it. It reports a changed object as a conflict
 // for the importer, without failing the reconcile: the file side no longer
-// wants that name, and the bucket's version keeps it.
-func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.Object) (conflict string, err error) {
+// wants that name, and the bucket's version keeps it. deleted says whether
+// it deleted the object (not: gone already, another inode's now, or a
+// conflict).
+func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.Object) (conflict string, deleted bool, err error) {
 	defer e.keys.Lock(k.Key)()
 	if owner, owned, err := e.meta.KeyOwner(ctx, k.Key); err != nil {
-		return "", err
+		return "", false, err
 	} else if owned && owner.Ino != ino {
-		return "", nil // another inode has exported under this name since
+		return "", false, nil // another inode has exported under this name since
 	}
 	cur, err := e.bucket.Head(ctx, k.Key, "")
 	switch {
 	case errors.Is(err, bucket.ErrNotFound):
-		return "", nil
+		return "", false, nil
 	case err != nil:
-		return "", fmt.Errorf("delete %q: %w", k.Key, err)
+		return "", false, fmt.Errorf("delete %q: %w", k.Key, err)
 	}
 	// The version decides, and who wrote it, never the ETag alone: the
 	// inode renamed over this one may have just uploaded the same bytes
@@ -635,19 +664,19 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	case ours && !mine && !exact:
 		// Another inode of this file system wrote it: the name is its
 		// now, and so is the object.
-		return "", nil
+		return "", false, nil
 	case seen:
 	case mine:
 		// Not what the file side recorded, but this inode wrote it: ours
 		// to delete if under an intent (an upload a crash kept from being
 		// recorded).
 		if intended, err := e.meta.HasIntent(ctx, ino, k.Key); err != nil {
-			return "", err
+			return "", false, err
 		} else if !intended {
-			return k.Key, nil
+			return k.Key, false, nil
 		}
 	default:
-		return k.Key, nil // a bucket-side change
+		return k.Key, false, nil // a bucket-side change
 	}
 	if e.beforeDelete != nil {
 		e.beforeDelete(k.Key)
@@ -656,12 +685,12 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	// delete never hides it, and it is a change like any other.
 	kept, err := e.bucket.DeleteCurrent(ctx, k.Key, cur)
 	if err != nil {
-		return "", fmt.Errorf("delete %q: %w", k.Key, err)
+		return "", false, fmt.Errorf("delete %q: %w", k.Key, err)
 	}
 	if kept {
-		return k.Key, nil
+		return k.Key, false, nil
 	}
-	return "", nil
+	return "", true, nil
 }
 
 func toObject(o bucket.ObjectInfo, size int64) meta.Object {
@@ -965,6 +994,7 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 		}
 	}
 	var keep []meta.Object
+	var note exportNote
 	if newKey != "" {
 		old := meta.Object{}
 		for _, k := range in.Keys {
@@ -978,18 +1008,23 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 				return err
 			}
 			old = obj
+			note.action = "uploaded"
 		}
 		keep = append(keep, old)
+		note.key, note.version = old.Key, old.VersionID
 	}
 	var conflicts []string
 	for _, k := range in.Keys {
 		if k.Key != newKey {
-			c, err := e.deleteIfUnchanged(ctx, in.Ino, k)
+			c, deleted, err := e.deleteIfUnchanged(ctx, in.Ino, k)
 			if err != nil {
 				return err
 			}
 			if c != "" {
 				conflicts = append(conflicts, c)
+			}
+			if deleted {
+				note.deleted = append(note.deleted, k.Key)
 			}
 		}
 	}
@@ -1004,6 +1039,11 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 		return err
 	}
 	e.exported.Add(1)
+	requeued := ""
+	if !done {
+		requeued = "changed during the export: exported again after the quiet period"
+	}
+	e.logExport(ctx, in, &note, requeued)
 	if done && after.Nlink == 0 {
 		return e.meta.Forget(ctx, after.Ino)
 	}

@@ -215,6 +215,7 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 	// "x/".
 	var held []bucket.ObjectInfo
 	now := time.Now()
+	imported := 0
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := im.listPages(ctx, prefix)
@@ -282,7 +283,10 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			return err
 		}
 		im.imported.Add(int64(n))
+		imported += n
 		if last {
+			im.log.Debug("import listing", "prefix", prefix, "ino", dir, "imported", imported,
+				"took", time.Since(now).Round(time.Millisecond))
 			return nil
 		}
 	}
@@ -488,6 +492,11 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 		return err
 	}
 	im.imported.Add(1)
+	if in.IsDir() {
+		im.logImport(ctx, "new", key+"/", "", 0, in.Ino)
+	} else {
+		im.logImport(ctx, "new", key, it.Obj.VersionID, it.Obj.Size, in.Ino)
+	}
 	im.validated(&in) // just compared: an open right after needs no HEAD
 	return nil
 }

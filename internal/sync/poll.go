@@ -121,9 +121,9 @@ func (im *Importer) mayBeGone(ctx context.Context, in *meta.Inode) bool {
 }
 
 // dropImportedDir removes the directory e of dir, which the listing of
-// dir no longer shows (no current object under its prefix), if it came
-// from the bucket alone and is empty (see meta.DropImportedDir).
-func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, e meta.Entry) error {
+// dir (at prefix) no longer shows (no current object under its prefix), if
+// it came from the bucket alone and is empty (see meta.DropImportedDir).
+func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, prefix string, e meta.Entry) error {
 	in, err := im.meta.Get(ctx, e.Ino)
 	if err != nil || !in.FromBucketOnly() {
 		return nil
@@ -131,6 +131,7 @@ func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, e meta.En
 	err = im.meta.DropImportedDir(ctx, dir, e.Name, &in)
 	switch {
 	case err == nil:
+		im.logImport(ctx, "removed", prefix+e.Name+"/", "", 0, e.Ino)
 		im.changed(Change{Parent: dir, Name: e.Name, Ino: e.Ino})
 		return nil
 	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOENT):
@@ -214,7 +215,11 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 			seen[name] = true
 			if errors.Is(err, syscall.ENOENT) {
 				it := meta.Imported{Name: name, Mode: defaultDirMode, Mtime: time.Now().UnixNano()}
-				if _, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it); err != nil && !errors.Is(err, syscall.EAGAIN) {
+				in, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it)
+				switch {
+				case err == nil:
+					im.logImport(ctx, "new", p, "", 0, in.Ino)
+				case !errors.Is(err, syscall.EAGAIN):
 					return err
 				}
 				im.changed(Change{Parent: dir, Name: name})
@@ -237,7 +242,7 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 				continue
 			}
 			if e.Type == syscall.S_IFDIR {
-				if err := im.dropImportedDir(ctx, dir, e); err != nil {
+				if err := im.dropImportedDir(ctx, dir, prefix, e); err != nil {
 					return err
 				}
 				continue

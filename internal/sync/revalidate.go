@@ -208,6 +208,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 			return err
 		}
 		im.imported.Add(1)
+		im.logImport(ctx, "new", key, head.VersionID, head.Size, in.Ino)
 		im.changed(Change{Parent: res.Parent, Name: firstOr(res.Missing, res.Name), Ino: in.Ino})
 		return nil
 	}
@@ -247,6 +248,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		if err := im.meta.ForgetKey(ctx, res.Parent, res.Name, child, key, true); err != nil {
 			return err
 		}
+		im.logImport(ctx, "removed", key, "", 0, child.Ino)
 		im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: child.Ino})
 		return nil
 	}
@@ -259,6 +261,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		return err
 	}
 	im.imported.Add(1)
+	im.logImport(ctx, "updated", key, head.VersionID, head.Size, in.Ino)
 	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: in.Ino})
 	return nil
 }
@@ -300,6 +303,7 @@ func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved,
 		return err
 	}
 	im.imported.Add(1)
+	im.logImport(ctx, "new", key, head.VersionID, head.Size, in.Ino)
 	im.changed(Change{Parent: res.Parent, Name: res.Name, Ino: in.Ino})
 	return nil
 }

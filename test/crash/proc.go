@@ -259,7 +259,10 @@ func s3Client(env map[string]string) *s3.Client {
 type adminStatus struct {
 	LastCheckpoint time.Time `json:"last_checkpoint"`
 	S3             struct {
-		Put, Copy, Delete, Multipart uint64
+		Put       uint64 `json:"put"`
+		Copy      uint64 `json:"copy"`
+		Delete    uint64 `json:"delete"`
+		Multipart uint64 `json:"multipart"`
 	} `json:"s3"`
 }
 
