@@ -83,6 +83,12 @@ type Config struct {
 	// TLS, if set, makes the MetricsListen listener serve HTTPS only.
 	TLS *tls.Config
 
+	// Defaults are the owner and modes of what carries no attributes of
+	// its own: objects imported without bucketfs's metadata, the
+	// directories of key prefixes, and the root and lost+found of a new
+	// file system (see meta.Defaults). nil: root, 0644 and 0755.
+	Defaults *meta.Defaults
+
 	// MetaFS, if set, is the file system the metadata store (namespace and
 	// file data) lives on instead of the operating system's. Power-loss
 	// tests pass Pebble's crashable in-memory file system, which can drop
@@ -206,7 +212,8 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 			e.Importer.KeptInLostFound(ino, name)
 		}
 	}
-	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept}); err != nil {
+	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
+		Defaults: cfg.Defaults}); err != nil {
 		return nil, err
 	}
 	// Multipart uploads the last run started and never ended (a crash)
