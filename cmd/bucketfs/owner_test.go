@@ -43,16 +43,17 @@ func TestOwnerAndModeFlagErrorsAreOneLine(t *testing.T) {
 	}
 }
 
-// The flags reach the engine's defaults: octal modes, numeric ids, and
-// the user running bucketfs when no id is given.
-func TestOwnerAndModeFlagsBecomeTheEngineDefaults(t *testing.T) {
+// The flags reach the engine's configuration: octal modes, numeric ids
+// (the user running bucketfs when none is given), and --read-only.
+func TestOwnerModeAndReadOnlyFlagsReachTheEngine(t *testing.T) {
 	for _, tc := range []struct {
 		args                        []string
 		uid, gid, fileMode, dirMode uint32
+		readOnly                    bool
 	}{
-		{nil, uint32(os.Getuid()), uint32(os.Getgid()), 0o644, 0o755},
-		{[]string{"--uid", "1000", "--gid", "100", "--file-mode", "0640", "--dir-mode", "750"}, 1000, 100, 0o640, 0o750},
-		{[]string{"--file-mode", "0o600", "--dir-mode", "1777"}, uint32(os.Getuid()), uint32(os.Getgid()), 0o600, 0o1777},
+		{nil, uint32(os.Getuid()), uint32(os.Getgid()), 0o644, 0o755, false},
+		{[]string{"--uid", "1000", "--gid", "100", "--file-mode", "0640", "--dir-mode", "750"}, 1000, 100, 0o640, 0o750, false},
+		{[]string{"--file-mode", "0o600", "--dir-mode", "1777", "--read-only"}, uint32(os.Getuid()), uint32(os.Getgid()), 0o600, 0o1777, true},
 	} {
 		fset := flag.NewFlagSet("mount", flag.ContinueOnError)
 		var o options
@@ -63,6 +64,9 @@ func TestOwnerAndModeFlagsBecomeTheEngineDefaults(t *testing.T) {
 		cfg, err := o.engineConfig(nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if cfg.ReadOnly != tc.readOnly {
+			t.Errorf("%q: read-only %v", tc.args, cfg.ReadOnly)
 		}
 		d := cfg.Defaults
 		if d == nil || d.Uid != tc.uid || d.Gid != tc.gid || d.FileMode != tc.fileMode || d.DirMode != tc.dirMode {
