@@ -45,14 +45,18 @@ func printFlags(w io.Writer, fset *flag.FlagSet) {
 			arg = " DURATION"
 		case *byteSize:
 			arg = " SIZE"
+		case *fileMode:
+			arg = " MODE"
+		case *ownerID:
+			arg = " ID"
 		default:
 			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
 				arg = " VALUE"
 			}
 		}
 		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			def = " (default " + f.DefValue + ")"
+		if _, id := f.Value.(*ownerID); !id && f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			def = " (default " + f.DefValue + ")" // an id's default is the user's: the usage says so
 		}
 		fmt.Fprintf(w, "  --%s%s\n      %s%s\n", f.Name, arg, f.Usage, def)
 	})
@@ -153,4 +157,46 @@ func parseSize(s string) (int64, error) {
 		return 0, errors.New("not a size: write it like 128KiB, 1MiB or 4096")
 	}
 	return v * mult, nil
+}
+
+// fileMode is a flag holding permission bits, written in octal: 0644.
+type fileMode uint32
+
+func (m *fileMode) String() string {
+	if m == nil {
+		return "0"
+	}
+	return fmt.Sprintf("%04o", uint32(*m))
+}
+
+func (m *fileMode) Set(s string) error {
+	t := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(s), "0o"), "0O")
+	v, err := strconv.ParseUint(t, 8, 32)
+	switch {
+	case err != nil || t == "":
+		return errors.New("not an octal mode: write it like 0644 or 0755")
+	case v > 0o7777:
+		return errors.New("not a permission mode: at most 07777, e.g. 0644 or 0755")
+	}
+	*m = fileMode(v)
+	return nil
+}
+
+// ownerID is a flag holding a numeric user or group id.
+type ownerID uint32
+
+func (id *ownerID) String() string {
+	if id == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*id), 10)
+}
+
+func (id *ownerID) Set(s string) error {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+	if err != nil || v == 1<<32-1 {
+		return errors.New("not a numeric id: write it like 1000 (id -u NAME and id -g NAME print them)")
+	}
+	*id = ownerID(v)
+	return nil
 }

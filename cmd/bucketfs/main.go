@@ -32,6 +32,7 @@ import (
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/engine"
 	bfuse "bucketfs/internal/frontend/fuse"
+	"bucketfs/internal/meta"
 )
 
 const version = "0.1.0-dev"
@@ -137,6 +138,9 @@ type options struct {
 	s3Listen, logLevel                              string
 	metricsListen                                   string
 	tlsCert, tlsKey                                 string
+	uid, gid                                        ownerID
+	fileMode, dirMode                               fileMode
+	readOnly                                        bool
 }
 
 func defaultStateDir() string {
@@ -152,6 +156,7 @@ func defaultStateDir() string {
 
 func (o *options) register(fs *flag.FlagSet) {
 	o.importThreshold, o.directRead = 128<<10, 1<<20
+	o.uid, o.gid, o.fileMode, o.dirMode = ownerID(os.Getuid()), ownerID(os.Getgid()), 0o644, 0o755
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "state directory (metadata, tier, embedded store)")
 	fs.StringVar(&o.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX]; empty runs the embedded store")
 	fs.StringVar(&o.endpoint, "endpoint", "", "S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
@@ -167,6 +172,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address for Prometheus /metrics and the S3 event webhook /events (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain): HTTPS on --metrics-listen, and RPC-with-TLS for NFS clients (serve)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.Var(&o.uid, "uid", "owner of what carries no owner in the bucket (objects other tools wrote, key prefixes), and of a new file system's root (default: the user running bucketfs)")
+	fs.Var(&o.gid, "gid", "group of what carries no group in the bucket, and of a new file system's root (default: the group of the user running bucketfs)")
+	fs.Var(&o.fileMode, "file-mode", "permissions (octal) of files whose object carries no mode")
+	fs.Var(&o.dirMode, "dir-mode", "permissions (octal) of directories from key prefixes, and of a new file system's root")
+	fs.BoolVar(&o.readOnly, "read-only", false, "refuse every change (EROFS) and export nothing, not even what an earlier run left pending; bucket-side changes still show")
 }
 
 // certificate loads --tls-cert and --tls-key; nil when neither is given.
@@ -197,7 +207,8 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 		ImportThreshold: int64(o.importThreshold), DirectReadSize: int64(o.directRead),
 		TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
 		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
-		MetricsListen: o.metricsListen}
+		MetricsListen: o.metricsListen, ReadOnly: o.readOnly,
+		Defaults: &meta.Defaults{Uid: uint32(o.uid), Gid: uint32(o.gid), FileMode: uint32(o.fileMode), DirMode: uint32(o.dirMode)}}
 	cert, err := o.certificate()
 	if err != nil {
 		return cfg, err

@@ -66,6 +66,9 @@ type Config struct {
 	// MaxAttempts caps the attempts per request; 0 (the default) leaves
 	// only OpTimeout to end the retries.
 	MaxAttempts int
+	// ReadOnly makes every write (put, copy, delete, multipart upload and
+	// its abort) fail with ErrReadOnly before it reaches the store.
+	ReadOnly bool
 }
 
 // Client reads and writes objects in one bucket under one prefix. It is safe
@@ -78,6 +81,7 @@ type Client struct {
 	maxAttempts int
 	endpoint    string // as configured ("" for AWS or the environment's)
 	accessKey   string // as configured ("" for the credential chain's)
+	readOnly    bool
 	stats       counters
 	// headBeforeWrite is set when the store ignores conditional writes.
 	headBeforeWrite atomic.Bool
@@ -112,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		maxAttempts: cfg.MaxAttempts,
 		endpoint:    cfg.Endpoint,
 		accessKey:   cfg.AccessKey,
+		readOnly:    cfg.ReadOnly,
 	}
 	if c.opTimeout <= 0 {
 		c.opTimeout = defaultOpTimeout

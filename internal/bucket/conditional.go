@@ -18,6 +18,9 @@ import (
 // each conditional write (a small race window the store leaves open), and
 // the caller should say so once in its log.
 func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (supported bool, err error) {
+	if err := c.refuseWrite("probe conditional writes under", probeDir); err != nil {
+		return false, err
+	}
 	var id [8]byte
 	rand.Read(id[:])
 	key := probeDir + "/conditional-probe-" + hex.EncodeToString(id[:])

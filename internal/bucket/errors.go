@@ -20,7 +20,17 @@ var (
 	ErrPrecondition = errors.New("precondition failed")
 	ErrUnavailable  = errors.New("store unavailable")
 	ErrNotVersioned = errors.New("bucket versioning is not enabled")
+	ErrReadOnly     = errors.New("the file system is read-only")
 )
+
+// refuseWrite fails with ErrReadOnly when the client is read-only (see
+// Config.ReadOnly).
+func (c *Client) refuseWrite(verb, key string) error {
+	if c.readOnly {
+		return fmt.Errorf("bucket: %s %s: %w", verb, key, ErrReadOnly)
+	}
+	return nil
+}
 
 // kindOfCode maps an S3 error code to the sentinel it is an instance of.
 func kindOfCode(code string) error {

@@ -42,6 +42,9 @@ type Part struct {
 // leave the upload behind, parts and all; opt.OnUploadStart and
 // opt.OnUploadEnd let the caller keep a record to abort it by later.
 func (c *Client) PutParts(ctx context.Context, key string, parts []Part, parallel int, opt PutOptions) (ObjectInfo, error) {
+	if err := c.refuseWrite("put", key); err != nil {
+		return ObjectInfo{}, err
+	}
 	size, err := checkParts(parts)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("bucket: put parts of %s: %w", key, err)
@@ -232,6 +235,9 @@ func (c *Client) abandon(ctx context.Context, key string, uploadID *string, opt 
 // parts stored so far. An upload the store does not know (NoSuchUpload:
 // completed or aborted already) counts as aborted.
 func (c *Client) AbortUpload(ctx context.Context, key, uploadID string) error {
+	if err := c.refuseWrite("abort an upload of", key); err != nil {
+		return err
+	}
 	return c.abortUpload(ctx, key, uploadID)
 }
 

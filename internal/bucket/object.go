@@ -313,6 +313,9 @@ func (r *progressReadSeeker) Read(p []byte) (int, error) {
 // Put writes size bytes from body as the object at key, if opt's conditions
 // hold. The returned ObjectInfo has the new ETag and VersionID.
 func (c *Client) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opt PutOptions) (ObjectInfo, error) {
+	if err := c.refuseWrite("put", key); err != nil {
+		return ObjectInfo{}, err
+	}
 	if body == nil {
 		body = bytes.NewReader(nil)
 	}
@@ -372,6 +375,9 @@ func (c *Client) copySource(key, version string) *string {
 // place (dstKey == srcKey, no srcVersion) the If-Match condition is therefore
 // also sent as a copy-source condition, which every store checks.
 func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, opt PutOptions) (ObjectInfo, error) {
+	if err := c.refuseWrite("copy to", dstKey); err != nil {
+		return ObjectInfo{}, err
+	}
 	in := &s3.CopyObjectInput{
 		Bucket:      &c.bucket,
 		Key:         c.key(dstKey),
@@ -421,6 +427,9 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 // a write cannot be told apart or brought back, and DeleteCurrent is
 // Delete.
 func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) (kept bool, err error) {
+	if err := c.refuseWrite("delete", key); err != nil {
+		return false, err
+	}
 	op := c.startOp(ctx)
 	defer op.done()
 	out, err := c.deleteObject(op, key)
@@ -460,6 +469,9 @@ func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) 
 // Delete removes the object at key: on a versioned bucket it adds a delete
 // marker and keeps the versions. Deleting a missing key is not an error.
 func (c *Client) Delete(ctx context.Context, key string) error {
+	if err := c.refuseWrite("delete", key); err != nil {
+		return err
+	}
 	op := c.startOp(ctx)
 	defer op.done()
 	_, err := c.deleteObject(op, key)

@@ -44,6 +44,10 @@ func (e *Engine) SocketHandler() http.Handler {
 		json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("POST /flush", func(w http.ResponseWriter, r *http.Request) {
+		if e.cfg.ReadOnly {
+			http.Error(w, errReadOnlyFlush(r.Context(), e).Error(), http.StatusConflict)
+			return
+		}
 		var err error
 		if s := r.URL.Query().Get("ino"); s != "" {
 			ino, perr := strconv.ParseUint(s, 10, 64)
@@ -230,4 +234,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(mS3Bytes, float64(s3.BytesRead), "read")
 	counter(mS3Bytes, float64(s3.BytesWritten), "written")
+}
+
+// errReadOnlyFlush is the answer to a flush of a read-only file system:
+// nothing is exported, and what an earlier run left pending waits.
+func errReadOnlyFlush(ctx context.Context, e *Engine) error {
+	n, _, err := e.Meta.QueueStats(ctx)
+	if err != nil || n == 0 {
+		return errors.New("read-only: nothing is exported")
+	}
+	return fmt.Errorf("read-only: nothing is exported; %d pending exports wait for a start without --read-only", n)
 }

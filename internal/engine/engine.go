@@ -83,6 +83,18 @@ type Config struct {
 	// TLS, if set, makes the MetricsListen listener serve HTTPS only.
 	TLS *tls.Config
 
+	// Defaults are the owner and modes of what carries no attributes of
+	// its own: objects imported without bucketfs's metadata, the
+	// directories of key prefixes, and the root and lost+found of a new
+	// file system (see meta.Defaults). nil: root, 0644 and 0755.
+	Defaults *meta.Defaults
+	// ReadOnly refuses every change from the front ends (EROFS) and
+	// exports nothing: the exporter does not run, flush is refused, and
+	// the bucket client refuses every write. Imports go on, so bucket-side
+	// changes show. Changes an earlier run left pending (and lost+found)
+	// stay as they are until a start without it.
+	ReadOnly bool
+
 	// MetaFS, if set, is the file system the metadata store (namespace and
 	// file data) lives on instead of the operating system's. Power-loss
 	// tests pass Pebble's crashable in-memory file system, which can drop
@@ -179,7 +191,8 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		return nil, err
 	}
 	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
-		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout}
+		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout,
+		ReadOnly: cfg.ReadOnly}
 	if cfg.Bucket == "" {
 		// The embedded store tells the importer of every object change in
 		// process: no webhook to configure.
@@ -212,21 +225,24 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 			e.Importer.KeptInLostFound(ino, name)
 		}
 	}
-	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept}); err != nil {
+	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
+		Defaults: cfg.Defaults}); err != nil {
 		return nil, err
 	}
-	// Multipart uploads the last run started and never ended (a crash)
-	// keep their parts in the bucket until aborted; this is the one moment
-	// none of ours is in flight. Failures are logged and left for the next
-	// start.
-	bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log)
-	supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
-	if err != nil {
-		return nil, err
-	}
-	if !supported {
-		e.log.Warn("the store ignores conditional writes; bucketfs compares a HEAD before each write instead, " +
-			"which leaves a short window in which a concurrent S3 write can be overwritten")
+	if !cfg.ReadOnly { // read-only writes nothing to the bucket, not even these
+		// Multipart uploads the last run started and never ended (a
+		// crash) keep their parts in the bucket until aborted; this is
+		// the one moment none of ours is in flight. Failures are logged
+		// and left for the next start.
+		bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log)
+		supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
+		if err != nil {
+			return nil, err
+		}
+		if !supported {
+			e.log.Warn("the store ignores conditional writes; bucketfs compares a HEAD before each write instead, " +
+				"which leaves a short window in which a concurrent S3 write can be overwritten")
+		}
 	}
 	if e.eventsToken, err = eventsToken(ctx, e.Meta); err != nil {
 		return nil, err
@@ -245,7 +261,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize,
 		RevalidateTTL: revalidate, Logger: e.log,
 		TierLimits: meta.Limits{Dirty: limit, Total: limit},
-		StateDir:   cfg.StateDir, DiskReserve: max(cfg.DiskReserve, 0)})
+		StateDir:   cfg.StateDir, DiskReserve: max(cfg.DiskReserve, 0), ReadOnly: cfg.ReadOnly})
 	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
 	e.Exporter = bsync.NewExporter(e.Meta, e.Bucket, e.Importer, bsync.ExporterConfig{
 		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log})
@@ -261,9 +277,9 @@ func (e *Engine) onStoreEvent(ev s3local.Event) {
 	}
 }
 
-// Start runs the exporter, the importer's event workers and poller, tier
-// eviction and the periodic summary in the log in the background until
-// Close.
+// Start runs the exporter (unless read-only), the importer's event
+// workers and poller, tier eviction and the periodic summary in the log in
+// the background until Close.
 func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
@@ -282,7 +298,9 @@ func (e *Engine) Start() {
 	if e.cfg.PollInterval > 0 {
 		e.spawn(func() { e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor) })
 	}
-	e.spawn(func() { e.Exporter.Run(ctx) })
+	if !e.cfg.ReadOnly {
+		e.spawn(func() { e.Exporter.Run(ctx) })
+	}
 	if e.cfg.CheckpointInterval > 0 {
 		e.spawn(func() { every(ctx, e.cfg.CheckpointInterval, func() { e.checkpoint(ctx) }) })
 	}

@@ -141,7 +141,7 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
-		if in, err = regularFile(tx, ino); err != nil {
+		if in, err = s.regularFile(tx, ino); err != nil {
 			return err
 		}
 		if appending {
@@ -187,8 +187,8 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 }
 
 // regularFile loads ino, which must be a regular file.
-func regularFile(r kv.Reader, ino Ino) (Inode, error) {
-	in, err := getInode(r, ino)
+func (s *Store) regularFile(r kv.Reader, ino Ino) (Inode, error) {
+	in, err := s.getInode(r, ino)
 	if err != nil {
 		return Inode{}, err
 	}
@@ -208,7 +208,7 @@ func regularFile(r kv.Reader, ino Ino) (Inode, error) {
 // filled in.
 func (s *Store) ReadData(ctx context.Context, ino Ino, p []byte, off int64) (in Inode, n int, missing []tier.Range, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		if in, err = regularFile(r, ino); err != nil {
+		if in, err = s.regularFile(r, ino); err != nil {
 			return err
 		}
 		if off >= in.Size {
@@ -229,7 +229,7 @@ func (s *Store) ReadData(ctx context.Context, ino Ino, p []byte, off int64) (in 
 // base object's bytes the tier does not hold.
 func (s *Store) MissingData(ctx context.Context, ino Ino, off, n int64) (missing []tier.Range, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		in, err := regularFile(r, ino)
+		in, err := s.regularFile(r, ino)
 		if err != nil {
 			return err
 		}
@@ -246,7 +246,7 @@ func (s *Store) MissingData(ctx context.Context, ino Ino, off, n int64) (missing
 // id and ETag.
 func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, off int64, lim Limits) error {
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := regularFile(tx, ino)
+		in, err := s.regularFile(tx, ino)
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 		return Inode{}, syscall.EINVAL
 	}
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		if in, err = regularFile(tx, ino); err != nil {
+		if in, err = s.regularFile(tx, ino); err != nil {
 			return err
 		}
 		if growOnly && size <= in.Size {
@@ -314,7 +314,7 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 // its size; now is the new mtime and ctime.
 func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error {
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := regularFile(tx, ino)
+		in, err := s.regularFile(tx, ino)
 		if err != nil {
 			return err
 		}
@@ -340,7 +340,7 @@ func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error
 // base object provides count as data.
 func (s *Store) Seek(ctx context.Context, ino Ino, off int64, data bool) (pos int64, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		in, err := regularFile(r, ino)
+		in, err := s.regularFile(r, ino)
 		if err != nil {
 			return err
 		}
@@ -361,7 +361,7 @@ func (s *Store) Seek(ctx context.Context, ino Ino, off int64, data bool) (pos in
 func (s *Store) EvictData(ctx context.Context, ino Ino) (freed int64, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		freed = 0
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if err != nil || !evictable(&in) {
 			return err
 		}
@@ -383,7 +383,7 @@ func evictable(in *Inode) bool {
 // it again, and the exporter needs none of it to delete its objects.
 func (s *Store) ReclaimData(ctx context.Context, ino Ino) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
@@ -450,7 +450,7 @@ func (s *Store) Snapshot(ctx context.Context) (*Snapshot, error) {
 func (sn *Snapshot) Close() error { return sn.snap.Close() }
 
 // Get returns inode ino as it was.
-func (sn *Snapshot) Get(ino Ino) (Inode, error) { return getInode(sn.snap, ino) }
+func (sn *Snapshot) Get(ino Ino) (Inode, error) { return sn.s.getInode(sn.snap, ino) }
 
 // Paths is Store.Paths as it was.
 func (sn *Snapshot) Paths(ino Ino) (paths []string, underLostFound []bool, err error) {

@@ -36,7 +36,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 	parts := strings.Split(key, "/")
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		res = Resolved{}
-		dir, err := getInode(r, RootIno)
+		dir, err := s.getInode(r, RootIno)
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 			if err != nil {
 				return err
 			}
-			child, err := getInode(r, ino)
+			child, err := s.getInode(r, ino)
 			if err != nil {
 				return err
 			}
@@ -87,7 +87,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 // returned inode is the one now at the name.
 func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, err := getInode(tx, parent)
+		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 		for _, d := range missing {
 			ino, err := getEntry(tx, p.Ino, d)
 			if err == nil {
-				if p, err = getInode(tx, ino); err != nil {
+				if p, err = s.getInode(tx, ino); err != nil {
 					return err
 				}
 				if !p.IsDir() {
@@ -110,7 +110,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			if !errors.Is(err, syscall.ENOENT) {
 				return err
 			}
-			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR | 0o755, Mtime: it.Mtime})
+			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR, Defaulted: Defaulted, Mtime: it.Mtime})
 			if err != nil {
 				return err
 			}
@@ -137,7 +137,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			}
 			return putInode(tx, &p)
 		}
-		if in, err = getInode(tx, cur); err != nil {
+		if in, err = s.getInode(tx, cur); err != nil {
 			return err
 		}
 		if in.Ino != expect.Ino || in.Gen != expect.Gen {
@@ -181,6 +181,8 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			return putInode(tx, &p)
 		}
 		in.Mode, in.Uid, in.Gid, in.Rdev = it.Mode, it.Uid, it.Gid, it.Rdev
+		in.Flags = in.Flags&^Defaulted | it.Defaulted&Defaulted
+		s.defaults.apply(&in)
 		in.Mtime, in.Ctime = it.Mtime, s.now().UnixNano()
 		in.Target = it.Target
 		if !in.IsDir() {
@@ -226,7 +228,8 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 	}
 	in := Inode{Ino: ino, Mode: it.Mode, Uid: it.Uid, Gid: it.Gid, Rdev: it.Rdev,
 		Nlink: 1, Size: it.Obj.Size, Atime: it.Mtime, Mtime: it.Mtime, Ctime: it.Mtime,
-		Target: it.Target}
+		Target: it.Target, Flags: it.Defaulted & Defaulted}
+	s.defaults.apply(&in) // what the record holds; reads fill them in again
 	if in.IsDir() {
 		in.Nlink = 2
 		in.Size = 0
@@ -260,7 +263,7 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 // goes (the file side keeps its newer version, to be exported as new).
 func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *Inode, key string, unlink bool) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, in, err := expectedChild(tx, parent, name, expect)
+		p, in, err := s.expectedChild(tx, parent, name, expect)
 		if err != nil {
 			return err
 		}
@@ -309,7 +312,7 @@ func (in *Inode) FromBucketOnly() bool {
 // object under it.
 func (s *Store) DropImportedDir(ctx context.Context, parent Ino, name string, expect *Inode) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, in, err := expectedChild(tx, parent, name, expect)
+		p, in, err := s.expectedChild(tx, parent, name, expect)
 		if err != nil {
 			return err
 		}
@@ -334,15 +337,15 @@ func (s *Store) DropImportedDir(ctx context.Context, parent Ino, name string, ex
 
 // expectedChild loads directory parent and its child name, which must still
 // be expect (same number and Gen); EAGAIN says it changed meanwhile.
-func expectedChild(tx kv.Txn, parent Ino, name string, expect *Inode) (p, in Inode, err error) {
-	if p, err = getInode(tx, parent); err != nil {
+func (s *Store) expectedChild(tx kv.Txn, parent Ino, name string, expect *Inode) (p, in Inode, err error) {
+	if p, err = s.getInode(tx, parent); err != nil {
 		return
 	}
 	ino, err := getEntry(tx, parent, name)
 	if err != nil {
 		return
 	}
-	if in, err = getInode(tx, ino); err != nil {
+	if in, err = s.getInode(tx, ino); err != nil {
 		return
 	}
 	if in.Ino != expect.Ino || in.Gen != expect.Gen {
@@ -398,7 +401,7 @@ func (in *Inode) deletedInBucket(key string) {
 // unlinked inode at the last close. The caller writes in (and queues it:
 // under lost+found it wants no object) and reports the conflict.
 func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name string, err error) {
-	lf, err := getInode(tx, s.lostFound)
+	lf, err := s.getInode(tx, s.lostFound)
 	if err != nil {
 		return "", err
 	}
@@ -423,11 +426,11 @@ func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name s
 // kept only on the file side.
 func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName, key string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, in, err := expectedChild(tx, parent, name, expect)
+		p, in, err := s.expectedChild(tx, parent, name, expect)
 		if err != nil {
 			return err
 		}
-		lf, err := getInode(tx, s.lostFound)
+		lf, err := s.getInode(tx, s.lostFound)
 		if err != nil {
 			return err
 		}
@@ -521,7 +524,7 @@ func (s *Store) LostFoundCount(ctx context.Context) (n int, err error) {
 // no longer this inode's to delete or replace.
 func (s *Store) DropKey(ctx context.Context, ino Ino, key string) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if err != nil {
 			return err
 		}

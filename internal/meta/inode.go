@@ -39,7 +39,20 @@ const (
 	// A front end that still holds a cached name for it knows that name is
 	// stale. A new link clears it.
 	DeletedInBucket
+	// ModeDefaulted, UidDefaulted and GidDefaulted: the inode came from
+	// the bucket without that attribute (an object without bucketfs's
+	// metadata, the directory of a key prefix), and shows the file
+	// system's default for it as this run sets it (Defaults), whatever
+	// is stored. A file-side change of the inode, or an export that
+	// writes its attributes into an object, clears them (defaults.go).
+	ModeDefaulted
+	UidDefaulted
+	GidDefaulted
 )
+
+// Defaulted is every flag that marks an attribute as the file system's
+// default.
+const Defaulted = ModeDefaulted | UidDefaulted | GidDefaulted
 
 // Inode is the stored form of one file system object.
 type Inode struct {

@@ -32,7 +32,7 @@ func (s *Store) AddIntents(ctx context.Context, ino Ino, keys []string) error {
 		return nil
 	}
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		if _, err := getInode(tx, ino); err != nil {
+		if _, err := s.getInode(tx, ino); err != nil {
 			return err
 		}
 		for _, k := range keys {

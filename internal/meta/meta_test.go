@@ -47,28 +47,143 @@ func mustCreate(t *testing.T, s *Store, parent Ino, name string, mode uint32) In
 	return in
 }
 
-func TestNewFileSystemHasPrivateRootAndLostFound(t *testing.T) {
-	s := openStore(t, t.TempDir())
+// A new file system's root takes the owner and directory mode of the
+// defaults (root and 0755 when none are given); lost+found has the same
+// owner and stays 0700.
+func TestNewFileSystemHasTheDefaultRootAndAPrivateLostFound(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		defaults *Defaults
+		uid, gid uint32
+		rootMode uint32
+	}{
+		{"standard", nil, 0, 0, 0o755},
+		{"given", &Defaults{Uid: 1000, Gid: 100, FileMode: 0o600, DirMode: 0o750}, 1000, 100, 0o750},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			ctx := context.Background()
+			s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: tc.defaults})
+			if err != nil {
+				t.Fatal(err)
+			}
+			root, err := s.Get(ctx, RootIno)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if root.Mode != syscall.S_IFDIR|tc.rootMode || root.Uid != tc.uid || root.Gid != tc.gid {
+				t.Fatalf("root mode %o uid %d gid %d, want %o %d %d", root.Mode, root.Uid, root.Gid, syscall.S_IFDIR|tc.rootMode, tc.uid, tc.gid)
+			}
+			lf, err := s.Lookup(ctx, RootIno, s.LostFoundName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lf.Mode != syscall.S_IFDIR|0o700 || lf.Uid != tc.uid || lf.Gid != tc.gid || !lf.Has(NoExport) {
+				t.Fatalf("lost+found mode %o uid %d gid %d flags %b", lf.Mode, lf.Uid, lf.Gid, lf.Flags)
+			}
+			if _, err := s.Remove(ctx, RootIno, s.LostFoundName(), true, nil); !errors.Is(err, syscall.EPERM) {
+				t.Fatalf("rmdir lost+found: %v", err)
+			}
+			if n, _, _ := s.QueueStats(ctx); n != 0 {
+				t.Fatalf("a new file system has %d queued exports", n)
+			}
+		})
+	}
+}
+
+// What an imported object lacks shows the defaults of the run that reads
+// it, and a change of defaults writes nothing: no export is queued. An
+// attribute the object carried, and one the file side set, stay; the
+// root of an existing file system keeps what it had.
+func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
+	dir := t.TempDir()
 	ctx := context.Background()
+	open := func(d Defaults) (*Store, func()) {
+		t.Helper()
+		db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: &d})
+		if err != nil {
+			db.Close()
+			t.Fatal(err)
+		}
+		return s, func() { s.Sync(ctx); db.Close() }
+	}
+	first := Defaults{Uid: 1000, Gid: 1000, FileMode: 0o644, DirMode: 0o755}
+	s, closeDB := open(first)
+	t.Cleanup(func() { closeDB() })
+	_, err := s.AddImported(ctx, RootIno, []Imported{
+		{Name: "bare", Mode: syscall.S_IFREG, Defaulted: Defaulted, Obj: Object{Key: "bare", ETag: "1", VersionID: "v1", Size: 1}},
+		{Name: "s3fs", Mode: syscall.S_IFREG | 0o600, Uid: 7, Gid: 8, Obj: Object{Key: "s3fs", ETag: "2", VersionID: "v2", Size: 1}},
+		{Name: "modeonly", Mode: syscall.S_IFREG | 0o640, Defaulted: UidDefaulted | GidDefaulted, Obj: Object{Key: "modeonly", ETag: "3", VersionID: "v3", Size: 1}},
+		{Name: "chowned", Mode: syscall.S_IFREG, Defaulted: Defaulted, Obj: Object{Key: "chowned", ETag: "4", VersionID: "v4", Size: 1}},
+		{Name: "exported", Mode: syscall.S_IFREG, Defaulted: Defaulted, Obj: Object{Key: "exported", ETag: "5", VersionID: "v5", Size: 1}},
+		{Name: "prefix", Mode: syscall.S_IFDIR, Defaulted: Defaulted},
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chowned, err := s.Lookup(ctx, RootIno, "chowned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, chowned.Ino, func(in *Inode) (Change, error) {
+		in.Uid = 42
+		return AttrChange, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// An export that writes an object (a rename of a parent moves it)
+	// records the attributes the file showed: they are its own now.
+	exported, err := s.Lookup(ctx, RootIno, "exported")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Synced(ctx, Queued{Ino: exported.Ino}, exported.Gen, func(in *Inode) {
+		in.Keys = []Object{{Key: "moved/exported", ETag: "6", VersionID: "v6", Size: 1}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	closeDB()
+
+	second := Defaults{Uid: 2000, Gid: 3000, FileMode: 0o400, DirMode: 0o500}
+	s, closeDB = open(second)
+	for _, tc := range []struct {
+		name          string
+		mode          uint32
+		uid, gid      uint32
+		stillDefaults bool
+	}{
+		{"bare", syscall.S_IFREG | 0o400, 2000, 3000, true},
+		{"s3fs", syscall.S_IFREG | 0o600, 7, 8, false},
+		{"modeonly", syscall.S_IFREG | 0o640, 2000, 3000, true},
+		// chown fixed all three as they were then: the export records them.
+		{"chowned", syscall.S_IFREG | 0o644, 42, 1000, false},
+		{"exported", syscall.S_IFREG | 0o644, 1000, 1000, false},
+		{"prefix", syscall.S_IFDIR | 0o500, 2000, 3000, true},
+	} {
+		in, err := s.Lookup(ctx, RootIno, tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Mode != tc.mode || in.Uid != tc.uid || in.Gid != tc.gid || in.Flags&Defaulted != 0 != tc.stillDefaults {
+			t.Errorf("%s: mode %o uid %d gid %d flags %b, want %o %d %d (defaults %v)", tc.name,
+				in.Mode, in.Uid, in.Gid, in.Flags, tc.mode, tc.uid, tc.gid, tc.stillDefaults)
+		}
+	}
 	root, err := s.Get(ctx, RootIno)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || root.Uid != 1000 || root.Mode != syscall.S_IFDIR|0o755 {
+		t.Errorf("root of an existing file system: uid %d mode %o (%v), want what the first run made", root.Uid, root.Mode, err)
 	}
-	if root.Mode != syscall.S_IFDIR|0o700 || root.Uid != 0 || root.Gid != 0 {
-		t.Fatalf("root mode %o uid %d gid %d", root.Mode, root.Uid, root.Gid)
-	}
-	lf, err := s.Lookup(ctx, RootIno, s.LostFoundName())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lf.Mode != syscall.S_IFDIR|0o700 || !lf.Has(NoExport) {
-		t.Fatalf("lost+found mode %o flags %b", lf.Mode, lf.Flags)
-	}
-	if _, err := s.Remove(ctx, RootIno, s.LostFoundName(), true, nil); !errors.Is(err, syscall.EPERM) {
-		t.Fatalf("rmdir lost+found: %v", err)
-	}
-	if n, _, _ := s.QueueStats(ctx); n != 0 {
-		t.Fatalf("a new file system has %d queued exports", n)
+	// Only the chown is queued: new defaults are no change to export.
+	if n, _, err := s.QueueStats(ctx); err != nil || n != 1 {
+		t.Errorf("%d queued exports (%v), want 1 (the chown)", n, err)
 	}
 }
 

@@ -38,7 +38,7 @@ type Entry struct {
 // Get returns the inode numbered ino.
 func (s *Store) Get(ctx context.Context, ino Ino) (in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		in, err = getInode(r, ino)
+		in, err = s.getInode(r, ino)
 		return err
 	})
 	return in, err
@@ -51,7 +51,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, 
 		if err != nil {
 			return err
 		}
-		in, err = getInode(r, ino)
+		in, err = s.getInode(r, ino)
 		return err
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ type Check func(parent, child *Inode) error
 // the name is taken. check, if non-nil, sees the parent and the new inode.
 func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, err := getInode(tx, parent)
+		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
 		}
@@ -89,7 +89,7 @@ func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode,
 }
 
 func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, error) {
-	p, err := getInode(tx, parent)
+	p, err := s.getInode(tx, parent)
 	if err != nil {
 		return Inode{}, err
 	}
@@ -144,10 +144,10 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 // Link adds the name newName in newParent for the existing non-directory ino.
 func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, check Check) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		if in, err = getInode(tx, ino); err != nil {
+		if in, err = s.getInode(tx, ino); err != nil {
 			return err
 		}
-		p, err := getInode(tx, newParent)
+		p, err := s.getInode(tx, newParent)
 		if err != nil {
 			return err
 		}
@@ -191,7 +191,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, ch
 // inode as it is after the removal (Nlink 0 when this was its last name).
 func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, check Check) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		p, err := getInode(tx, parent)
+		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, c
 		if err != nil {
 			return err
 		}
-		if in, err = getInode(tx, ino); err != nil {
+		if in, err = s.getInode(tx, ino); err != nil {
 			return err
 		}
 		if check != nil {
@@ -280,6 +280,9 @@ func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) 
 			s.onKept(in.Ino, name)
 		}
 	}
+	// A file-side change fixes the attributes the inode shows now: its
+	// export records them (see Defaults).
+	in.Flags &^= Defaulted
 	switch c {
 	case AttrChange:
 		in.Gen++
@@ -321,7 +324,7 @@ func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, due time.Time) error {
 // changed; anything but NoChange schedules the inode for export.
 func (s *Store) Update(ctx context.Context, ino Ino, fn func(in *Inode) (Change, error)) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		if in, err = getInode(tx, ino); err != nil {
+		if in, err = s.getInode(tx, ino); err != nil {
 			return err
 		}
 		c, err := fn(&in)

@@ -26,13 +26,13 @@ type RenameCheck func(oldParent, newParent, src, dst *Inode) error
 func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newParent Ino, newName string, flags uint32, check RenameCheck) (replaced *Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		replaced = nil
-		op, err := getInode(tx, oldParent)
+		op, err := s.getInode(tx, oldParent)
 		if err != nil {
 			return err
 		}
 		np := op
 		if newParent != oldParent {
-			if np, err = getInode(tx, newParent); err != nil {
+			if np, err = s.getInode(tx, newParent); err != nil {
 				return err
 			}
 		}
@@ -46,13 +46,13 @@ func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newPa
 		if err != nil {
 			return err
 		}
-		src, err := getInode(tx, srcIno)
+		src, err := s.getInode(tx, srcIno)
 		if err != nil {
 			return err
 		}
 		var dst *Inode
 		if dstIno, err := getEntry(tx, newParent, newName); err == nil {
-			d, err := getInode(tx, dstIno)
+			d, err := s.getInode(tx, dstIno)
 			if err != nil {
 				return err
 			}

@@ -66,6 +66,9 @@ type Options struct {
 	// because the file side changed it afterwards (a conflict the bucket
 	// won). It is called inside the change's transaction.
 	OnKeptInLostFound func(ino Ino, name string)
+	// Defaults are the owner and modes of what carries no attributes of
+	// its own (nil: StandardDefaults).
+	Defaults *Defaults
 }
 
 // Store is the namespace of one file system. It is safe for concurrent use.
@@ -76,15 +79,20 @@ type Store struct {
 	exportDelay time.Duration
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
+	defaults    Defaults
 }
 
-// Open loads the namespace from db, creating a new file system (root
-// directory owned by root with mode 0700, and the lost+found directory) when
-// db is empty.
+// Open loads the namespace from db, creating a new file system when db is
+// empty: a root directory with the owner and directory mode of
+// opt.Defaults, and the lost+found directory (the same owner, mode 0700).
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
-	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound}
+	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound,
+		defaults: StandardDefaults()}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if opt.Defaults != nil {
+		s.defaults = *opt.Defaults
 	}
 	err := db.Update(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(keyFsid)
@@ -123,16 +131,14 @@ func (s *Store) format(tx kv.Txn) error {
 	if err := tx.Set(keyFsid, []byte(s.fsid)); err != nil {
 		return err
 	}
-	now := s.now().UnixNano()
-	root := Inode{Ino: RootIno, Mode: syscall.S_IFDIR | 0o700, Nlink: 2,
-		Atime: now, Mtime: now, Ctime: now}
+	root := s.defaults.newRoot(s.now().UnixNano())
 	if err := tx.Set(keyNext, kv.AppendUint64(nil, uint64(RootIno)+1)); err != nil {
 		return err
 	}
 	if err := putInode(tx, &root); err != nil {
 		return err
 	}
-	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Flags: Listed | NoExport}
+	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Uid: root.Uid, Gid: root.Gid, Flags: Listed | NoExport}
 	_, err := s.create(tx, RootIno, s.LostFoundName(), lf)
 	return err
 }
@@ -191,7 +197,7 @@ func objectKeyKey(key string) []byte { return append([]byte{pKey}, key...) }
 // make that inode take bucketfs's own later writes and deletes at the key
 // for bucket-side changes (a file moved off a name and back after another
 // file exported there would see a conflict that was not there).
-func takeKeys(tx kv.Txn, ino Ino, keys []Object) error {
+func (s *Store) takeKeys(tx kv.Txn, ino Ino, keys []Object) error {
 	for _, o := range keys {
 		v, err := tx.Get(objectKeyKey(o.Key))
 		if errors.Is(err, kv.ErrNotFound) {
@@ -203,7 +209,7 @@ func takeKeys(tx kv.Txn, ino Ino, keys []Object) error {
 		if len(v) != 8 || Ino(kv.Uint64(v)) == ino {
 			continue
 		}
-		prev, err := getInode(tx, Ino(kv.Uint64(v)))
+		prev, err := s.getInode(tx, Ino(kv.Uint64(v)))
 		if errors.Is(err, syscall.ENOENT) {
 			continue
 		}
@@ -259,7 +265,7 @@ func (s *Store) KeyOwner(ctx context.Context, key string) (in Inode, ok bool, er
 		if err != nil || len(v) != 8 {
 			return err
 		}
-		in, err = getInode(r, Ino(kv.Uint64(v)))
+		in, err = s.getInode(r, Ino(kv.Uint64(v)))
 		if errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
@@ -276,7 +282,9 @@ func (s *Store) KeyOwner(ctx context.Context, key string) (in Inode, ok bool, er
 	return in, ok, err
 }
 
-func getInode(r kv.Reader, ino Ino) (Inode, error) {
+// getInode reads inode ino, with the attributes it takes from the
+// defaults filled in.
+func (s *Store) getInode(r kv.Reader, ino Ino) (Inode, error) {
 	v, err := r.Get(inodeKey(ino))
 	if errors.Is(err, kv.ErrNotFound) {
 		return Inode{}, fmt.Errorf("inode %d: %w", ino, syscall.ENOENT)
@@ -284,7 +292,12 @@ func getInode(r kv.Reader, ino Ino) (Inode, error) {
 	if err != nil {
 		return Inode{}, err
 	}
-	return decodeInode(v)
+	in, err := decodeInode(v)
+	if err != nil {
+		return Inode{}, err
+	}
+	s.defaults.apply(&in)
+	return in, nil
 }
 
 // putInode writes in, keeping the tier's usage counters in step with what

@@ -104,16 +104,21 @@ func (s *Store) bringQueueForward(ctx context.Context) error {
 func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *Inode)) (in Inode, done bool, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		done = false
-		if in, err = getInode(tx, q.Ino); err != nil {
+		if in, err = s.getInode(tx, q.Ino); err != nil {
 			return err
 		}
 		oldKeys := append([]Object(nil), in.Keys...)
 		fn(&in)
-		if err := takeKeys(tx, in.Ino, in.Keys); err != nil {
+		if err := s.takeKeys(tx, in.Ino, in.Keys); err != nil {
 			return err
 		}
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
+		}
+		if wroteObjects(oldKeys, in.Keys) {
+			// The objects the export wrote record the attributes the
+			// inode showed: they are its own now (see Defaults).
+			in.Flags &^= Defaulted
 		}
 		if in.Gen == gen {
 			in.ExportedGen = gen
@@ -146,6 +151,17 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 	return in, done, nil
 }
 
+// wroteObjects reports whether keys holds an object version that old does
+// not: one the exporter wrote.
+func wroteObjects(old, keys []Object) bool {
+	for _, k := range keys {
+		if !slices.Contains(old, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // RecordWritten records objs, objects the exporter wrote for ino in a
 // reconcile that then failed, among the inode's Keys (replacing the record
 // of the same key, if any), and drops their intents. Unlike Synced it
@@ -153,7 +169,7 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 // next reconcile finishes the job from there.
 func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
@@ -167,7 +183,7 @@ func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error
 				return err
 			}
 		}
-		if err := takeKeys(tx, in.Ino, objs); err != nil {
+		if err := s.takeKeys(tx, in.Ino, objs); err != nil {
 			return err
 		}
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
@@ -191,7 +207,7 @@ func withKey(keys []Object, o Object) []Object {
 // data and queue entry. It refuses (EBUSY) an inode that gained a name again.
 func (s *Store) Forget(ctx context.Context, ino Ino) error {
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {
 			if err := dropIntents(tx, ino); err != nil {
 				return err
@@ -237,6 +253,10 @@ type Imported struct {
 	Mtime  int64 // unix ns
 	Target string
 	Obj    Object // the object (files, symlinks, specials; a directory's marker if any)
+	// Defaulted says which of Mode's permission bits, Uid and Gid the
+	// object did not carry: the inode shows the file system's defaults
+	// for them (see Defaults).
+	Defaulted Flags
 }
 
 // AddImported adds the children a listing page of dir found. Names that
@@ -245,7 +265,7 @@ type Imported struct {
 func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last bool) (added int, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		added = 0
-		p, err := getInode(tx, dir)
+		p, err := s.getInode(tx, dir)
 		if err != nil {
 			return err
 		}

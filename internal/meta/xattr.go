@@ -57,7 +57,7 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 		return fmt.Errorf("xattr %q: %w", name, syscall.E2BIG)
 	}
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
-		in, err := getInode(tx, ino)
+		in, err := s.getInode(tx, ino)
 		if err != nil {
 			return err
 		}

@@ -30,8 +30,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // startServer runs an engine on a fresh bucket and an NFS server on a
 // loopback port, both stopped at the end of the test. The root of a new
-// file system belongs to root with mode 0700, so startServer opens it up
-// (0755) and makes /shared (0777) for the tests to work in as a user.
+// file system belongs to root (0755 with no defaults given), so
+// startServer makes /shared (0777) for the tests to work in as a user.
 func startServer(t *testing.T) string {
 	t.Helper()
 	st, bucket := s3test.NewBucket(t)

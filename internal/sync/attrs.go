@@ -82,12 +82,6 @@ func ourInode(fsid string, md map[string]string, key string) (meta.Ino, bool) {
 	return meta.Ino(n), err == nil
 }
 
-// Defaults for objects written by tools that record no POSIX attributes.
-const (
-	defaultFileMode = syscall.S_IFREG | 0o644
-	defaultDirMode  = syscall.S_IFDIR | 0o755
-)
-
 // objectMetadata is the user metadata that records in's attributes and
 // where the object came from.
 func objectMetadata(in *meta.Inode, fsid, key string) map[string]string {
@@ -105,13 +99,15 @@ func objectMetadata(in *meta.Inode, fsid, key string) map[string]string {
 	return m
 }
 
-// attrsFromMetadata reads POSIX attributes back, falling back to defaults
-// (and to the object's LastModified for mtime) for what is missing or
-// malformed. dir says the object stands for a directory.
-func attrsFromMetadata(md map[string]string, lastModified time.Time, dir bool) (mode, uid, gid, rdev uint32, mtime int64) {
-	mode = defaultFileMode
+// attrsFromMetadata reads POSIX attributes back. What is missing or
+// malformed is left to the file system's defaults (meta.Defaults): the
+// flags in defaulted say which, and the permission bits, uid or gid they
+// name are zero here. A missing mtime is the object's LastModified. dir
+// says the object stands for a directory.
+func attrsFromMetadata(md map[string]string, lastModified time.Time, dir bool) (mode, uid, gid, rdev uint32, mtime int64, defaulted meta.Flags) {
+	mode = syscall.S_IFREG
 	if dir {
-		mode = defaultDirMode
+		mode = syscall.S_IFDIR
 	}
 	if v, err := strconv.ParseUint(md[mdMode], 10, 32); err == nil {
 		m := uint32(v)
@@ -128,12 +124,18 @@ func attrsFromMetadata(md map[string]string, lastModified time.Time, dir bool) (
 				mode = syscall.S_IFREG | m&0o7777
 			}
 		}
+	} else {
+		defaulted |= meta.ModeDefaulted
 	}
 	if v, err := strconv.ParseUint(md[mdUid], 10, 32); err == nil {
 		uid = uint32(v)
+	} else {
+		defaulted |= meta.UidDefaulted
 	}
 	if v, err := strconv.ParseUint(md[mdGid], 10, 32); err == nil {
 		gid = uint32(v)
+	} else {
+		defaulted |= meta.GidDefaulted
 	}
 	if v, err := strconv.ParseUint(md[mdRdev], 10, 32); err == nil {
 		rdev = uint32(v)
@@ -146,7 +148,14 @@ func attrsFromMetadata(md map[string]string, lastModified time.Time, dir bool) (
 			mtime = int64(f * 1e9)
 		}
 	}
-	return mode, uid, gid, rdev, mtime
+	return mode, uid, gid, rdev, mtime, defaulted
+}
+
+// prefixDir is the directory a key prefix stands for: listings and
+// HEADs give a prefix no attributes, so it shows the file system's
+// defaults.
+func prefixDir(name string, mtime int64) meta.Imported {
+	return meta.Imported{Name: name, Mode: syscall.S_IFDIR, Mtime: mtime, Defaulted: meta.Defaulted}
 }
 
 // validSegment reports why a key segment cannot be a file name, or "".

@@ -245,8 +245,7 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 				im.reject(p, why)
 				continue
 			}
-			mode, uid, gid, _, mtime := attrsFromMetadata(nil, now, true)
-			items = append(items, meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime})
+			items = append(items, prefixDir(name, now.UnixNano()))
 		}
 		for _, o := range page.Objects {
 			pos = max(pos, o.Key)
@@ -399,8 +398,8 @@ func (im *Importer) fileItem(ctx context.Context, name string, o bucket.ObjectIn
 		}
 		o = h
 	}
-	mode, uid, gid, rdev, mtime := attrsFromMetadata(o.Metadata, o.LastModified, false)
-	it := meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Rdev: rdev, Mtime: mtime,
+	mode, uid, gid, rdev, mtime, defaulted := attrsFromMetadata(o.Metadata, o.LastModified, false)
+	it := meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Rdev: rdev, Mtime: mtime, Defaulted: defaulted,
 		Obj: meta.Object{Key: o.Key, ETag: o.ETag, VersionID: o.VersionID, Size: o.Size}}
 	if mode&syscall.S_IFMT == syscall.S_IFLNK {
 		if o.Size <= 0 || o.Size > maxSymlinkTarget {
@@ -469,8 +468,7 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 	var it meta.Imported
 	switch {
 	case len(under.Objects) > 0 || len(under.Prefixes) > 0 && im.hasCurrentUnder(ctx, key+"/"):
-		mode, uid, gid, _, mtime := attrsFromMetadata(nil, time.Now(), true)
-		it = meta.Imported{Name: name, Mode: mode, Uid: uid, Gid: gid, Mtime: mtime}
+		it = prefixDir(name, time.Now().UnixNano())
 	case errors.Is(headErr, bucket.ErrNotFound):
 		return syscall.ENOENT
 	case headErr != nil:

@@ -159,38 +159,45 @@ func TestListingPagesPastAThousandKeys(t *testing.T) {
 	}
 }
 
+// Attributes an object carries (s3fs's names) are read back; what it
+// lacks is flagged for the file system's defaults (meta.Defaults).
 func TestAttributesComeFromS3fsMetadataOrDefaults(t *testing.T) {
 	lm := time.Unix(1600000000, 0)
+	const all = meta.Defaulted
 	tests := []struct {
-		name      string
-		md        map[string]string
-		dir       bool
-		wantMode  uint32
-		wantUid   uint32
-		wantMtime int64
+		name          string
+		md            map[string]string
+		dir           bool
+		wantMode      uint32
+		wantUid       uint32
+		wantMtime     int64
+		wantDefaulted meta.Flags
 	}{
-		{"no metadata file", nil, false, syscall.S_IFREG | 0o644, 0, lm.UnixNano()},
-		{"no metadata dir", nil, true, syscall.S_IFDIR | 0o755, 0, lm.UnixNano()},
-		{"s3fs file", map[string]string{"mode": "33261", "uid": "1000", "mtime": "1700000000"}, false, syscall.S_IFREG | 0o755, 1000, 1700000000e9},
-		{"bare permission bits", map[string]string{"mode": "416"}, false, syscall.S_IFREG | 0o640, 0, lm.UnixNano()},
-		{"nanosecond mtime wins", map[string]string{"mtime": "1", "bucketfs-mtime": "1700000000123456789"}, false, syscall.S_IFREG | 0o644, 0, 1700000000123456789},
-		{"garbage", map[string]string{"mode": "rwx", "uid": "-1", "mtime": "soon"}, false, syscall.S_IFREG | 0o644, 0, lm.UnixNano()},
-		{"directory mode on a plain key", map[string]string{"mode": fmt.Sprint(syscall.S_IFDIR | 0o700)}, false, syscall.S_IFREG | 0o700, 0, lm.UnixNano()},
-		{"symlink", map[string]string{"mode": fmt.Sprint(syscall.S_IFLNK | 0o777)}, false, syscall.S_IFLNK | 0o777, 0, lm.UnixNano()},
+		{"no metadata file", nil, false, syscall.S_IFREG, 0, lm.UnixNano(), all},
+		{"no metadata dir", nil, true, syscall.S_IFDIR, 0, lm.UnixNano(), all},
+		{"s3fs file", map[string]string{"mode": "33261", "uid": "1000", "gid": "1000", "mtime": "1700000000"}, false, syscall.S_IFREG | 0o755, 1000, 1700000000e9, 0},
+		{"bare permission bits", map[string]string{"mode": "416"}, false, syscall.S_IFREG | 0o640, 0, lm.UnixNano(), meta.UidDefaulted | meta.GidDefaulted},
+		{"owner without a mode", map[string]string{"uid": "1000"}, false, syscall.S_IFREG, 1000, lm.UnixNano(), meta.ModeDefaulted | meta.GidDefaulted},
+		{"nanosecond mtime wins", map[string]string{"mtime": "1", "bucketfs-mtime": "1700000000123456789"}, false, syscall.S_IFREG, 0, 1700000000123456789, all},
+		{"garbage", map[string]string{"mode": "rwx", "uid": "-1", "gid": "x", "mtime": "soon"}, false, syscall.S_IFREG, 0, lm.UnixNano(), all},
+		{"directory mode on a plain key", map[string]string{"mode": fmt.Sprint(syscall.S_IFDIR | 0o700)}, false, syscall.S_IFREG | 0o700, 0, lm.UnixNano(), meta.UidDefaulted | meta.GidDefaulted},
+		{"symlink", map[string]string{"mode": fmt.Sprint(syscall.S_IFLNK | 0o777)}, false, syscall.S_IFLNK | 0o777, 0, lm.UnixNano(), meta.UidDefaulted | meta.GidDefaulted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			mode, uid, _, _, mtime := attrsFromMetadata(tc.md, lm, tc.dir)
-			if mode != tc.wantMode || uid != tc.wantUid || mtime != tc.wantMtime {
-				t.Fatalf("got mode %o uid %d mtime %d, want %o %d %d", mode, uid, mtime, tc.wantMode, tc.wantUid, tc.wantMtime)
+			mode, uid, _, _, mtime, defaulted := attrsFromMetadata(tc.md, lm, tc.dir)
+			if mode != tc.wantMode || uid != tc.wantUid || mtime != tc.wantMtime || defaulted != tc.wantDefaulted {
+				t.Fatalf("got mode %o uid %d mtime %d defaulted %b, want %o %d %d %b", mode, uid, mtime, defaulted,
+					tc.wantMode, tc.wantUid, tc.wantMtime, tc.wantDefaulted)
 			}
 		})
 	}
-	// What the exporter writes reads back the same.
+	// What the exporter writes reads back the same, with nothing left to
+	// the defaults.
 	in := meta.Inode{Mode: syscall.S_IFCHR | 0o600, Uid: 7, Gid: 8, Rdev: 0x0103, Mtime: 1700000000987654321}
-	mode, uid, gid, rdev, mtime := attrsFromMetadata(objectMetadata(&in, "fs", "k"), lm, false)
-	if mode != in.Mode || uid != 7 || gid != 8 || rdev != in.Rdev || mtime != in.Mtime {
-		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d", mode, uid, gid, rdev, mtime)
+	mode, uid, gid, rdev, mtime, defaulted := attrsFromMetadata(objectMetadata(&in, "fs", "k"), lm, false)
+	if mode != in.Mode || uid != 7 || gid != 8 || rdev != in.Rdev || mtime != in.Mtime || defaulted != 0 {
+		t.Fatalf("round trip: mode %o uid %d gid %d rdev %x mtime %d defaulted %b", mode, uid, gid, rdev, mtime, defaulted)
 	}
 }
 

@@ -214,7 +214,7 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 			}
 			seen[name] = true
 			if errors.Is(err, syscall.ENOENT) {
-				it := meta.Imported{Name: name, Mode: defaultDirMode, Mtime: time.Now().UnixNano()}
+				it := prefixDir(name, time.Now().UnixNano())
 				in, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it)
 				switch {
 				case err == nil:

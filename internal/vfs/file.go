@@ -52,6 +52,11 @@ func (h *Handle) Ino() Ino { return h.ino }
 
 // Open opens ino with open(2) flags, checking permissions.
 func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle, error) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		if err := fs.writable(); err != nil {
+			return nil, err
+		}
+	}
 	in, err := fs.meta.Get(ctx, ino)
 	if err != nil {
 		return nil, err
@@ -114,6 +119,9 @@ func (h *Handle) KeepCache() bool { return !h.replaced }
 // create starts over, as open(O_CREAT) never fails with ENOENT on a local
 // disk.
 func (fs *FS) Create(ctx context.Context, c Cred, parent Ino, name string, mode, flags uint32) (Attr, *Handle, error) {
+	if fs.ReadOnly() {
+		return fs.createReadOnly(ctx, c, parent, name, flags)
+	}
 	for attempt := 0; ; attempt++ {
 		a, h, err := fs.create1(ctx, c, parent, name, mode, flags)
 		if !errors.Is(err, errDeletedMeanwhile) {
@@ -451,6 +459,9 @@ const maxWrite = meta.WritePiece
 // piece of at most maxWrite bytes lands in the tier in the same
 // transaction as its record in the namespace.
 func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := h.fs.writable(); err != nil {
+		return 0, err
+	}
 	if !h.writable {
 		return 0, syscall.EBADF
 	}
@@ -569,6 +580,9 @@ func (fs *FS) reclaim(in *meta.Inode) {
 // grows the file and KEEP_SIZE reserves nothing.
 func (h *Handle) Fallocate(ctx context.Context, mode uint32, off, n int64) error {
 	const keepSize, punchHole = 0x1, 0x2
+	if err := h.fs.writable(); err != nil {
+		return err
+	}
 	if !h.writable {
 		return syscall.EBADF
 	}

@@ -76,7 +76,9 @@ type Config struct {
 	// disk has less than DiskReserve bytes free ("" : not checked).
 	StateDir    string
 	DiskReserve int64
-	Logger      *slog.Logger
+	// ReadOnly refuses every change with EROFS (see writable).
+	ReadOnly bool
+	Logger   *slog.Logger
 }
 
 // FS is one mounted file system. It is safe for concurrent use.
@@ -268,6 +270,11 @@ func (fs *FS) needsListing(dir *meta.Inode) bool {
 
 // Access checks mask (R_OK=4, W_OK=2, X_OK=1) for c on ino.
 func (fs *FS) Access(ctx context.Context, c Cred, ino Ino, mask uint32) error {
+	if mask&mayWrite != 0 {
+		if err := fs.writable(); err != nil {
+			return err
+		}
+	}
 	in, err := fs.meta.Get(ctx, ino)
 	if err != nil {
 		return err

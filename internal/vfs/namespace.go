@@ -27,6 +27,9 @@ func validName(name string) error {
 // Mknod creates a non-directory, non-regular node or a regular file
 // without opening it (mode carries the type bits).
 func (fs *FS) Mknod(ctx context.Context, c Cred, parent Ino, name string, mode, rdev uint32) (Attr, error) {
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFCHR, syscall.S_IFBLK:
 		if c.Uid != 0 {
@@ -79,6 +82,9 @@ func (fs *FS) Symlink(ctx context.Context, c Cred, parent Ino, name, target stri
 
 func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl meta.Inode) (Attr, error) {
 	fs.counters.metaOps.Add(1)
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
 	if err := validName(name); err != nil {
 		return Attr{}, err
 	}
@@ -91,6 +97,9 @@ func (fs *FS) create(ctx context.Context, c Cred, parent Ino, name string, tmpl 
 // createListed is create in a directory that needs no listing first; the
 // transaction checks the permissions.
 func (fs *FS) createListed(ctx context.Context, c Cred, parent Ino, name string, tmpl meta.Inode) (Attr, error) {
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
 	tmpl.Uid, tmpl.Gid = c.Uid, c.Gid
 	in, err := fs.meta.Create(ctx, parent, name, tmpl, mayCreate(c))
 	if err != nil {
@@ -117,6 +126,9 @@ func (fs *FS) Readlink(ctx context.Context, ino Ino) (string, error) {
 // Link gives ino the additional name newName in newParent.
 func (fs *FS) Link(ctx context.Context, c Cred, ino, newParent Ino, newName string) (Attr, error) {
 	fs.counters.metaOps.Add(1)
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
 	if err := validName(newName); err != nil {
 		return Attr{}, err
 	}
@@ -138,6 +150,9 @@ func (fs *FS) Rmdir(ctx context.Context, c Cred, parent Ino, name string) error 
 
 func (fs *FS) remove(ctx context.Context, c Cred, parent Ino, name string, dir bool) error {
 	fs.counters.metaOps.Add(1)
+	if err := fs.writable(); err != nil {
+		return err
+	}
 	if name == "." {
 		return syscall.EINVAL
 	}
@@ -174,6 +189,9 @@ func (fs *FS) remove(ctx context.Context, c Cred, parent Ino, name string, dir b
 // renameat2: meta.RenameNoReplace, meta.RenameExchange).
 func (fs *FS) Rename(ctx context.Context, c Cred, oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) error {
 	fs.counters.metaOps.Add(1)
+	if err := fs.writable(); err != nil {
+		return err
+	}
 	if err := validName(newName); err != nil {
 		return err
 	}
@@ -272,6 +290,9 @@ func (fs *FS) ListXattr(ctx context.Context, c Cred, ino Ino) ([]string, error) 
 
 // SetXattr sets an extended attribute (flags meta.XattrCreate/Replace).
 func (fs *FS) SetXattr(ctx context.Context, c Cred, ino Ino, name string, value []byte, flags int) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
 	if err := xattrAllowed(name); err != nil {
 		return err
 	}
@@ -283,6 +304,9 @@ func (fs *FS) SetXattr(ctx context.Context, c Cred, ino Ino, name string, value 
 
 // RemoveXattr removes an extended attribute.
 func (fs *FS) RemoveXattr(ctx context.Context, c Cred, ino Ino, name string) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
 	if err := xattrAllowed(name); err != nil {
 		return syscall.ENODATA
 	}

@@ -40,6 +40,9 @@ type SetAttrIn struct {
 // SetAttr changes attributes with POSIX permission rules.
 func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr, error) {
 	fs.counters.metaOps.Add(1)
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
 	if req.Valid&SetSize != 0 {
 		if req.Size < 0 {
 			return Attr{}, syscall.EINVAL

@@ -122,6 +122,12 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		// readdirplus saves a lookup per entry.
 		DisableXAttrs: false,
 	}
+	if fs.ReadOnly() {
+		// The kernel refuses changes itself (EROFS without asking us, and
+		// no atime updates), and `mount` shows ro; vfs refuses anything
+		// that still comes.
+		mo.Options = append(mo.Options, "ro")
+	}
 	srv, err := fuse.NewServer(s, mountpoint, mo)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)

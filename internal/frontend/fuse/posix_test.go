@@ -935,7 +935,10 @@ func TestPermissionsAreEnforcedForAnUnprivilegedUser(t *testing.T) {
 		}
 	}
 
-	// The root of a new file system is 0700: nobody cannot even look in.
+	// A 0700 root: nobody cannot even look in.
+	if err := os.Chmod(e.mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	out, err := run("/bin/ls", e.mnt)
 	denied("ls of the 0700 root", out, err)
 	if err := os.Chmod(e.mnt, 0o755); err != nil {
