@@ -156,3 +156,14 @@ func TestStartClearsADeadMountAndNotesANonEmptyMountpoint(t *testing.T) {
 	}
 	p.stop()
 }
+
+// The start line says a file system is read-only.
+func TestTheStartLineSaysReadOnly(t *testing.T) {
+	p := newFS(t)
+	p.start("--read-only")
+	waitFor(t, "the start line", func() bool { return strings.Contains(p.log.String(), "mounted at") })
+	if !strings.Contains(p.log.String(), p.mnt+", read-only: nothing is exported") {
+		t.Errorf("the start line of a read-only mount:\n%s", p.log)
+	}
+	p.stop()
+}

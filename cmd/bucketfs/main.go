@@ -240,6 +240,14 @@ func (o *options) config(stderr io.Writer) (engine.Config, *slog.Logger, error) 
 	return cfg, log, err
 }
 
+// readOnlyNote marks the start line of a read-only file system.
+func readOnlyNote(ro bool) string {
+	if ro {
+		return ", read-only: nothing is exported"
+	}
+	return ""
+}
+
 // printEndpoints tells where the embedded store and the metrics listener
 // are, when they run.
 func printEndpoints(stdout io.Writer, e *engine.Engine) {
@@ -361,7 +369,7 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, "bucketfs: warning: could not record the mount (status and flush by path will not find it): %v\n", err)
 	}
 	defer forgetMount(e.StateDir(), mountpoint)
-	fmt.Fprintf(stdout, "bucketfs: %s mounted at %s (state in %s)\n", e.Bucket, mountpoint, cfg.StateDir)
+	fmt.Fprintf(stdout, "bucketfs: %s mounted at %s%s (state in %s)\n", e.Bucket, mountpoint, readOnlyNote(cfg.ReadOnly), cfg.StateDir)
 	printEndpoints(stdout, e)
 	reportReady()
 	defer sdNotify("STOPPING=1")

@@ -74,7 +74,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	e.Start()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s (state in %s)\n", e.Bucket, ln.Addr(), cfg.StateDir)
+	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s%s (state in %s)\n", e.Bucket, ln.Addr(), readOnlyNote(cfg.ReadOnly), cfg.StateDir)
 	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o vers=4.1,port=%s %s:/ /mnt/bucket\n", port, host)
 	printEndpoints(stdout, e)
 	sdNotify("READY=1")
