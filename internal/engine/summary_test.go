@@ -3,56 +3,14 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"log/slog"
 	"os"
-	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
 	"bucketfs/internal/meta"
+	"bucketfs/internal/testlog"
 	"bucketfs/internal/vfs"
 )
-
-// logRecords is a log to test what was logged: a JSON handler at debug
-// writes to it, and records decodes the lines.
-type logRecords struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logRecords) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logRecords) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// records returns the records with message msg logged so far.
-func (l *logRecords) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	text := l.buf.String()
-	l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
-		if line == "" {
-			continue
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
 
 // waitRounds waits until the summary has looked at n more intervals.
 func waitRounds(t *testing.T, e *Engine, n int64) {
@@ -67,14 +25,14 @@ func waitRounds(t *testing.T, e *Engine, n int64) {
 }
 
 func TestTheSummaryIsLoggedAfterActivityAndNotWhenIdle(t *testing.T) {
-	var log logRecords
-	e := openEngineCfg(t, func(c *Config) { c.Logger = log.logger() })
+	var log testlog.Log
+	e := openEngineCfg(t, func(c *Config) { c.Logger = log.Logger() })
 	e.summaryInterval = 20 * time.Millisecond
 	e.Start()
 	ctx := context.Background()
 
 	waitRounds(t, e, 3)
-	if rs := log.records(t, "sync summary"); len(rs) != 0 {
+	if rs := log.Records(t, "sync summary", nil); len(rs) != 0 {
 		t.Fatalf("an idle file system logged summaries: %v", rs)
 	}
 
@@ -91,7 +49,7 @@ func TestTheSummaryIsLoggedAfterActivityAndNotWhenIdle(t *testing.T) {
 	}
 	// The interval the flush ended in has closed once two more have begun.
 	waitRounds(t, e, 2)
-	rs := log.records(t, "sync summary")
+	rs := log.Records(t, "sync summary", nil)
 	var exports, up float64
 	for _, r := range rs {
 		if r["level"] != "INFO" {
@@ -109,20 +67,20 @@ func TestTheSummaryIsLoggedAfterActivityAndNotWhenIdle(t *testing.T) {
 	if len(rs) == 0 || exports < 1 || up < 13 {
 		t.Fatalf("after an export of 13 bytes the summaries say %v exports, %v bytes up: %v", exports, up, rs)
 	}
-	if n := len(log.records(t, "export")); n < 1 {
+	if n := len(log.Records(t, "export", nil)); n < 1 {
 		t.Errorf("the export logged %d debug lines", n)
 	}
 
 	// Idle again: no more summaries.
 	waitRounds(t, e, 3)
-	if again := log.records(t, "sync summary"); len(again) != len(rs) {
+	if again := log.Records(t, "sync summary", nil); len(again) != len(rs) {
 		t.Fatalf("idle after the export, the summaries went from %d to %d: %v", len(rs), len(again), again[len(rs):])
 	}
 }
 
 func TestAnEvictionLogsTheFileAndTheBytesAtDebug(t *testing.T) {
-	var log logRecords
-	e := openEngineCfg(t, func(c *Config) { c.Logger = log.logger(); c.TierCapacity = 1 << 20 })
+	var log testlog.Log
+	e := openEngineCfg(t, func(c *Config) { c.Logger = log.Logger(); c.TierCapacity = 1 << 20 })
 	ctx := context.Background()
 	for _, name := range []string{"old", "new"} {
 		_, f, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, name, 0o644, uint32(os.O_RDWR))
@@ -138,7 +96,7 @@ func TestAnEvictionLogsTheFileAndTheBytesAtDebug(t *testing.T) {
 		}
 	}
 	e.evict(ctx)
-	rs := log.records(t, "tier evicted")
+	rs := log.Records(t, "tier evicted", nil)
 	if len(rs) != 1 || rs[0]["key"] != "old" || rs[0]["bytes"] != float64(700<<10) || rs[0]["level"] != "DEBUG" {
 		t.Fatalf("eviction logged %v, want one debug line for old, 700 KiB", rs)
 	}
