@@ -193,12 +193,14 @@ func start(ctx context.Context, cfg Config, dir string, creds rootCredentials) (
 	if err != nil {
 		return nil, fmt.Errorf("s3local: start: get working directory: %w", err)
 	}
-	be, err := posix.New(filepath.Join(dir, "data"), meta.XattrMeta{}, posix.PosixOpts{
-		VersioningDir: filepath.Join(dir, "versions"),
-		// Documented to default to 5 GiB, but only versitygw's CLI applies
-		// that default: left at zero, every CopyObject and UploadPartCopy
-		// fails with "copy source is larger than the maximum allowable size".
-		CopyObjectThreshold: maxCopySize,
+	be, err := quietly(func() (*posix.Posix, error) {
+		return posix.New(filepath.Join(dir, "data"), meta.XattrMeta{}, posix.PosixOpts{
+			VersioningDir: filepath.Join(dir, "versions"),
+			// Documented to default to 5 GiB, but only versitygw's CLI applies
+			// that default: left at zero, every CopyObject and UploadPartCopy
+			// fails with "copy source is larger than the maximum allowable size".
+			CopyObjectThreshold: maxCopySize,
+		})
 	})
 	if err != nil {
 		_ = os.Chdir(prevWD)
@@ -336,6 +338,24 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		}
 		return fmt.Errorf("s3local: start: serve on %s: %w", addr, ctx.Err())
 	}
+}
+
+// quietly runs open with os.Stdout pointing nowhere: versitygw's posix
+// backend prints a line there when it opens a versioned store, and
+// bucketfs's standard output is the user's terminal (and what a mount
+// helper's caller reads). Start runs one store per process at a time (the
+// backend changes the working directory too), and nothing else of bucketfs
+// writes to standard output while a store starts.
+func quietly[T any](open func() (T, error)) (T, error) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return open()
+	}
+	defer null.Close()
+	stdout := os.Stdout
+	os.Stdout = null
+	defer func() { os.Stdout = stdout }()
+	return open()
 }
 
 // freePort asks the kernel for a free TCP port on host and releases it.

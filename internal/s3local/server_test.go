@@ -667,3 +667,22 @@ func TestTheEmbeddedStoreKeepsItsPortAcrossRestarts(t *testing.T) {
 		t.Errorf("HeadBucket on the moved store: %v", err)
 	}
 }
+
+// Starting a store writes nothing to standard output (versitygw's backend
+// prints a line there; bucketfs's stdout is the user's terminal).
+func TestStartingAStorePrintsNothing(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	s := startStore(t, Config{Dir: t.TempDir()})
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if len(out) != 0 {
+		t.Errorf("starting a store printed %q", out)
+	}
+	s.Close()
+}
