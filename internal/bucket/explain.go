@@ -34,8 +34,11 @@ func (c *Client) explain(err error) error {
 	case code == "SignatureDoesNotMatch":
 		return fmt.Errorf("the secret key does not belong to %s at %s: check AWS_SECRET_ACCESS_KEY (or the profile in use)", key, where)
 	case code == "AccessDenied" || code == "AllAccessDisabled" || code == "Forbidden":
-		return fmt.Errorf("%s may not use bucket %q (%s): it needs s3:ListBucket, s3:GetBucketVersioning, s3:GetObject, s3:GetObjectVersion, s3:PutObject and s3:DeleteObject on it",
-			key, c.bucket, code)
+		need := "s3:ListBucket, s3:GetBucketVersioning, s3:GetObject, s3:GetObjectVersion, s3:PutObject and s3:DeleteObject"
+		if c.readOnly {
+			need = "s3:ListBucket, s3:GetBucketVersioning, s3:GetObject and s3:GetObjectVersion"
+		}
+		return fmt.Errorf("%s may not use bucket %q (%s): it needs %s on it", key, c.bucket, code, need)
 	case isNoCredentials(err):
 		return errors.New("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with ~/.aws/credentials, or run where an instance or container role is available")
 	case errors.Is(err, ErrUnavailable):
