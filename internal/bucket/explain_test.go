@@ -2,6 +2,9 @@ package bucket
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +51,35 @@ func TestSetUpErrorsSayWhatIsWrongAndWhatToDo(t *testing.T) {
 		if !strings.Contains(msg, tc.want) || strings.ContainsAny(msg, "\n") ||
 			strings.Contains(msg, "RequestID") || strings.Contains(msg, "IMDS") || strings.Contains(msg, "not found:") {
 			t.Errorf("%s: %q\nwant one line containing %q", tc.name, msg, tc.want)
+		}
+		c.Close()
+	}
+}
+
+// Access denied: the embedded store has only its root account, which may do
+// everything, so a server that answers as S3 does for a key without the
+// bucket's permissions stands in for it here.
+func TestAccessDeniedSaysWhichPermissionsAreNeeded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>R</RequestId><HostId>H</HostId></Error>`)
+	}))
+	defer srv.Close()
+	for _, ro := range []bool{false, true} {
+		c, err := New(context.Background(), Config{Bucket: "locked", Endpoint: srv.URL, Region: "us-east-1",
+			AccessKey: "AKIDLIMITED", SecretKey: "s", OpTimeout: 5 * time.Second, ReadOnly: ro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.CheckVersioning(context.Background())
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		want := `access key AKIDLIMITED may not use bucket "locked" (AccessDenied): it needs s3:ListBucket, s3:GetBucketVersioning, s3:GetObject`
+		if !strings.Contains(msg, want) || strings.Contains(msg, "RequestID") || strings.Contains(msg, "s3:PutObject") == ro {
+			t.Errorf("read-only %v: %q\nwant one line containing %q, with s3:PutObject only when not read-only", ro, msg, want)
 		}
 		c.Close()
 	}
