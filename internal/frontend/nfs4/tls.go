@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -43,6 +44,13 @@ func ServerTLSConfig(cert tls.Certificate) *tls.Config {
 // tlsProbe reports whether rec is an RPC NULL call with the AUTH_TLS
 // credential, and its xid.
 func tlsProbe(rec []byte) (xid uint32, ok bool) {
+	// A call's header is xid, message type (0), RPC version, program,
+	// version, procedure, then the credential's flavor: look at those
+	// words before decoding anything, as this runs for every record.
+	if len(rec) < 28 || binary.BigEndian.Uint32(rec[4:]) != 0 || binary.BigEndian.Uint32(rec[20:]) != 0 ||
+		rpcv2.AuthFlavor(binary.BigEndian.Uint32(rec[24:])) != authTLS {
+		return 0, false
+	}
 	var msg rpcv2.RpcMsg
 	if _, err := msg.ReadFrom(bytes.NewReader(rec)); err != nil {
 		return 0, false
