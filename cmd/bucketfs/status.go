@@ -186,19 +186,30 @@ func flush(args []string, stdout, stderr io.Writer) error {
 		}
 		url += fmt.Sprintf("?ino=%d", st.Ino)
 	}
-	resp, err := adminClient(*stateDir).Post(url, "", nil)
+	err := requestFlush(adminClient(*stateDir), url)
 	if notRunning(err) {
 		return fmt.Errorf("no bucketfs is running on %s: pending exports go out when it starts", *stateDir)
 	}
 	if err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
+	fmt.Fprintln(stdout, "bucketfs: flushed; the bucket has it")
+	return nil
+}
+
+// requestFlush asks the running engine behind admin to export url's
+// target (/flush[?ino=N]) and waits until the bucket has it; a refusal
+// comes back as the engine's one-line reason.
+func requestFlush(admin *http.Client, url string) error {
+	resp, err := admin.Post(url, "", nil)
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("flush: %s", strings.TrimSpace(string(b)))
+		return errors.New(strings.TrimSpace(string(b)))
 	}
-	fmt.Fprintln(stdout, "bucketfs: flushed; the bucket has it")
 	return nil
 }
 
@@ -230,14 +241,8 @@ func unmountCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	admin := adminClient(dir)
 	if *flushFirst {
-		resp, err := admin.Post("http://bucketfs/flush", "", nil)
-		if err != nil {
-			return fmt.Errorf("flush before unmount: %w", err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			return fmt.Errorf("flush before unmount (still mounted): %s", strings.TrimSpace(string(b)))
+		if err := requestFlush(admin, "http://bucketfs/flush"); err != nil {
+			return fmt.Errorf("flush before unmount (still mounted): %w", err)
 		}
 		fmt.Fprintln(stdout, "bucketfs: exported everything pending")
 	}

@@ -77,9 +77,6 @@ func withLogger(l *slog.Logger) option { return func(c *engine.Config) { c.Logge
 // (--uid, --gid, --file-mode, --dir-mode).
 func withDefaults(d meta.Defaults) option { return func(c *engine.Config) { c.Defaults = &d } }
 
-// withReadOnly mounts read-only (--read-only).
-func withReadOnly() option { return func(c *engine.Config) { c.ReadOnly = true } }
-
 // newEnv mounts a new file system. The export delay defaults to 100ms so
 // that tests see exports quickly.
 func newEnv(t testing.TB, opts ...option) *env {

@@ -123,13 +123,6 @@ func (t *stateTable) noNewState() nfsv4.Nfsstat4 {
 	return nfsv4.NFS4_OK
 }
 
-// graceCheck is noNewState, taking the table mutex.
-func (s *Server) graceCheck() nfsv4.Nfsstat4 {
-	s.state.mu.Lock()
-	defer s.state.mu.Unlock()
-	return s.state.noNewState()
-}
-
 // heldOnBehalf reports whether the previous instance recorded cl's owner
 // for cl's principal, so its record is in stable storage already.
 // Requires the table mutex.
