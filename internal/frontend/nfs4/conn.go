@@ -179,9 +179,12 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 		// Nothing but the probe (tls.go) before TLS.
 		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: rpcv2.AUTH_TOOWEAK}), nil
 	}
-	who, stat := s.credOf(&call.Cred)
-	if stat != rpcv2.AUTH_OK {
-		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: stat}), nil
+	var who caller
+	if !isPing(call) {
+		var stat rpcv2.AuthStat
+		if who, stat = s.credOf(&call.Cred); stat != rpcv2.AUTH_OK {
+			return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: stat}), nil
+		}
 	}
 	if call.Prog != nfsProgram {
 		return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.PROG_UNAVAIL}, nil), nil
@@ -204,6 +207,22 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 	}
 	return accepted(msg.Xid, &rpcv2.AcceptedReplyData_default{Stat: rpcv2.PROC_UNAVAIL}, nil), nil
 }
+
+// isPing reports whether call is the NULL procedure under a flavor other
+// than RPCSEC_GSS. Clients ping before they do anything else (the Linux
+// client's rpc_ping uses AUTH_NONE whatever the mount's security flavor)
+// and give up on a server that refuses the ping, so NULL is answered
+// whatever the credential: it carries no arguments, returns nothing and
+// reaches no file. Every other procedure still goes through credOf, where
+// AUTH_NONE is refused unless Options.AllowAuthNone. Under RPCSEC_GSS a
+// NULL call is a request to set up a security context, which this server
+// does not offer, so that one is refused as before.
+func isPing(call *rpcv2.CallBody) bool {
+	return call.Proc == 0 && call.Cred.Flavor != rpcsecGSS
+}
+
+// rpcsecGSS is the RPCSEC_GSS credential flavor (RFC 2203).
+const rpcsecGSS rpcv2.AuthFlavor = 6
 
 // compoundOnce is compound, through the duplicate request cache for
 // 4.0 (drc.go).

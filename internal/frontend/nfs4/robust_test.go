@@ -120,9 +120,9 @@ func TestMalformedRecordsCloseTheConnectionAndTheServerLivesOn(t *testing.T) {
 
 	// Bad credentials and programs get RPC-level errors.
 	c := e.dial(1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE})
-	body, _ := c.rpc(nfsProgram, 4, 0, nil)
+	body, _ := c.rpc(nfsProgram, 4, 1, nil)
 	if d, ok := body.(*rpcv2.ReplyBody_MSG_DENIED); !ok || d.Rreply.(*rpcv2.RejectedReply_AUTH_ERROR).Stat != rpcv2.AUTH_TOOWEAK {
-		t.Errorf("AUTH_NONE without AllowAuthNone: %#v", body)
+		t.Errorf("AUTH_NONE COMPOUND without AllowAuthNone: %#v", body)
 	}
 	c.cred = userCred
 	body, _ = c.rpc(100005, 3, 0, nil)
@@ -202,5 +202,53 @@ func TestSeekAllocateDeallocateAndCopy(t *testing.T) {
 	out = c.do(putfh(dfh), readOp(dsid, 0, 1<<20))
 	if r := readOK(t, out[1]); !bytes.Equal(r.Data, append(data[4096:], make([]byte, 10000-len(data))...)) {
 		t.Errorf("COPY destination holds %d bytes", len(r.Data))
+	}
+}
+
+// The Linux client pings a server with the NULL procedure under AUTH_NONE
+// before it mounts (sunrpc's rpc_ping), and refuses to mount one that
+// answers AUTH_TOOWEAK ("access denied by server"). NULL carries no data and
+// reaches nothing, so it is answered whatever the credential's flavor;
+// AUTH_NONE stays refused for everything else unless allowed.
+func TestTheNullPingIsAnsweredWhateverTheFlavorAndAuthNoneStaysRefusedForTheRest(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, cred := range []rpcv2.OpaqueAuth{
+		{Flavor: rpcv2.AUTH_NONE},
+		authSys(1000, 1000),
+		authSys(0, 0),
+		{Flavor: rpcv2.AUTH_SYS, Body: []byte{1, 2, 3}}, // a credential that does not decode
+		{Flavor: 4242},                                 // a flavor the server does not know
+	} {
+		c := e.dial(1, cred)
+		body, rest := c.rpc(nfsProgram, 4, 0, nil)
+		a, ok := body.(*rpcv2.ReplyBody_MSG_ACCEPTED)
+		if !ok || a.Areply.ReplyData.GetStat() != rpcv2.SUCCESS || len(rest) != 0 {
+			t.Errorf("NULL with flavor %d: %#v, %d bytes of results", cred.Flavor, body, len(rest))
+		}
+		// The connection stays usable after the ping.
+		body, _ = c.rpc(nfsProgram, 4, 0, nil)
+		if _, ok := body.(*rpcv2.ReplyBody_MSG_ACCEPTED); !ok {
+			t.Errorf("second NULL with flavor %d: %#v", cred.Flavor, body)
+		}
+	}
+	// Under RPCSEC_GSS a NULL call asks for a security context, which this
+	// server does not offer.
+	c := e.dial(1, rpcv2.OpaqueAuth{Flavor: 6})
+	body, _ := c.rpc(nfsProgram, 4, 0, nil)
+	if _, ok := body.(*rpcv2.ReplyBody_MSG_DENIED); !ok {
+		t.Errorf("NULL under RPCSEC_GSS: %#v", body)
+	}
+	c = e.dial(1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE})
+	body, _ = c.rpc(nfsProgram, 4, 1, encodeArgs("anon", 1, []nfsv4.NfsArgop4{putroot(), getfh()}))
+	if d, ok := body.(*rpcv2.ReplyBody_MSG_DENIED); !ok || d.Rreply.(*rpcv2.RejectedReply_AUTH_ERROR).Stat != rpcv2.AUTH_TOOWEAK {
+		t.Errorf("COMPOUND under AUTH_NONE without AllowAuthNone: %#v", body)
+	}
+	// With TLS required, a client that has not started TLS gets nothing but
+	// the probe's answer: its plain NULL ping is refused too.
+	req := newEnv(t, Options{TLSRequired: true})
+	c = req.dial(1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE})
+	body, _ = c.rpc(nfsProgram, 4, 0, nil)
+	if d, ok := body.(*rpcv2.ReplyBody_MSG_DENIED); !ok || d.Rreply.(*rpcv2.RejectedReply_AUTH_ERROR).Stat != rpcv2.AUTH_TOOWEAK {
+		t.Errorf("plain NULL with TLS required: %#v", body)
 	}
 }

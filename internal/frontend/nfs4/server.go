@@ -25,7 +25,8 @@ type Options struct {
 	// RootSquash maps uid 0 (and gid 0) to nobody (65534).
 	RootSquash bool
 	// AllowAuthNone accepts AUTH_NONE callers, who run as nobody;
-	// otherwise they are refused with AUTH_TOOWEAK.
+	// otherwise their calls are refused with AUTH_TOOWEAK, all but the NULL
+	// ping (isPing), which every client may send.
 	AllowAuthNone bool
 	// AccessPoints are served as SERVER:/NAME; with any, SERVER:/ is a
 	// pseudo-root that lists only them (accesspoint.go).
