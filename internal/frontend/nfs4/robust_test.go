@@ -217,7 +217,7 @@ func TestTheNullPingIsAnsweredWhateverTheFlavorAndAuthNoneStaysRefusedForTheRest
 		authSys(1000, 1000),
 		authSys(0, 0),
 		{Flavor: rpcv2.AUTH_SYS, Body: []byte{1, 2, 3}}, // a credential that does not decode
-		{Flavor: 4242},                                 // a flavor the server does not know
+		{Flavor: 4242}, // a flavor the server does not know
 	} {
 		c := e.dial(1, cred)
 		body, rest := c.rpc(nfsProgram, 4, 0, nil)
