@@ -161,9 +161,11 @@ func (s *Server) recordClient(ctx context.Context, cl *client) nfsv4.Nfsstat4 {
 }
 
 // forgetClient removes the record of a client that lost its state (lease
-// expired, client id destroyed), before its locks go to others. A failure
-// is logged: the client could then reclaim after a restart, but only
-// during the grace period, in which nobody else takes locks either.
+// expired, client id destroyed, replaced by another principal's), before
+// its locks go to others. The record is kept when a later client of the
+// same owner has put its own there already (records are by owner). A
+// failure is logged: the client could then reclaim after a restart, but
+// only during the grace period, in which nobody else takes locks either.
 func (s *Server) forgetClient(cl *client) {
 	t := s.state
 	t.mu.Lock()
@@ -177,6 +179,13 @@ func (s *Server) forgetClient(cl *client) {
 	}
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
+	t.mu.Lock()
+	next := t.confirmed[cl.key]
+	taken := next != nil && next != cl && next.recorded
+	t.mu.Unlock()
+	if taken {
+		return
+	}
 	if err := s.fs.Meta().DeleteClientRecord(context.Background(), cl.key); err != nil {
 		s.log.Error("removing an NFS client from stable storage", "client", cl.id, "err", err)
 	}
