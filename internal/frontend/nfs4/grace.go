@@ -34,7 +34,10 @@ import (
 // reclaim, LOCKT, and WRITE, size-changing SETATTR and (anonymous) READ
 // that use a special stateid, since they could break a share reservation
 // not yet reclaimed. Everything else (LOOKUP, GETATTR, READDIR, CREATE,
-// REMOVE, RENAME, I/O under reclaimed state) runs as usual.
+// REMOVE, RENAME, I/O under reclaimed state) runs as usual. Besides, a
+// 4.1 client gets NFS4ERR_GRACE for such an OPEN or LOCK of its own until
+// it has sent RECLAIM_COMPLETE, with or without a grace period
+// (noNewStateFor).
 //
 // The records are those of this server alone: the kv is one process's.
 
@@ -123,6 +126,22 @@ func (t *stateTable) noNewState() nfsv4.Nfsstat4 {
 	return nfsv4.NFS4_OK
 }
 
+// noNewStateFor is noNewState for client cl's OPEN or LOCK that reclaims
+// nothing: a 4.1 client also waits for its own RECLAIM_COMPLETE, grace
+// period or not (RFC 8881 18.51.3: a client sends it on every new client
+// id before its first non-reclaim locking operation, which is
+// NFS4ERR_GRACE until then). The flag belongs to the client id: a new
+// session of the same client needs no second one, a client that reboots
+// (a new verifier, so a new client id, also after a server restart)
+// sends its own. 4.0 has no RECLAIM_COMPLETE and only waits out the grace
+// period. Requires the table mutex.
+func (t *stateTable) noNewStateFor(cl *client) nfsv4.Nfsstat4 {
+	if cl.minor41 && !cl.reclaimDone {
+		return nfsv4.NFS4ERR_GRACE
+	}
+	return t.noNewState()
+}
+
 // heldOnBehalf reports whether the previous instance recorded cl's owner
 // for cl's principal, so its record is in stable storage already.
 // Requires the table mutex.
@@ -161,9 +180,11 @@ func (s *Server) recordClient(ctx context.Context, cl *client) nfsv4.Nfsstat4 {
 }
 
 // forgetClient removes the record of a client that lost its state (lease
-// expired, client id destroyed), before its locks go to others. A failure
-// is logged: the client could then reclaim after a restart, but only
-// during the grace period, in which nobody else takes locks either.
+// expired, client id destroyed, replaced by another principal's), before
+// its locks go to others. The record is kept when a later client of the
+// same owner has put its own there already (records are by owner). A
+// failure is logged: the client could then reclaim after a restart, but
+// only during the grace period, in which nobody else takes locks either.
 func (s *Server) forgetClient(cl *client) {
 	t := s.state
 	t.mu.Lock()
@@ -177,6 +198,13 @@ func (s *Server) forgetClient(cl *client) {
 	}
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
+	t.mu.Lock()
+	next := t.confirmed[cl.key]
+	taken := next != nil && next != cl && next.recorded
+	t.mu.Unlock()
+	if taken {
+		return
+	}
 	if err := s.fs.Meta().DeleteClientRecord(context.Background(), cl.key); err != nil {
 		s.log.Error("removing an NFS client from stable storage", "client", cl.id, "err", err)
 	}

@@ -261,3 +261,83 @@ func TestShareReservationsBindTheSameOwnerAndAnonymousIO(t *testing.T) {
 	c.expect(nfsv4.NFS4ERR_LOCKED, putfh(denied), readOp(nfsv4.Stateid4{}, 0, 1))
 	c.do(putfh(denied), readOp(nfsv4.Stateid4{Seqid: math.MaxUint32, Other: bypassOther}, 0, 1))
 }
+
+// A 4.1 client may not take new state before its RECLAIM_COMPLETE, grace
+// period or not (issue 21; RFC 8881 18.51.3): a non-reclaim OPEN is
+// NFS4ERR_GRACE until then. The rule is per client id: a second session
+// of a client that has sent it needs none, a rebooted client (a new
+// verifier, so a new client id) sends its own. 4.0 has no
+// RECLAIM_COMPLETE and is not held up.
+func TestANFSv41ClientGetsGraceForNewOpensUntilItsReclaimComplete(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.dial(1, userCred)
+	c.sessionOnly("eager")
+	c.expect(nfsv4.NFS4ERR_GRACE, putroot(), openArgs(c, 0, "o", "eager", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)))
+	c.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	fh, sid := openFile(t, c, "o", "eager")
+	c.do(putfh(fh), closeOp(0, sid))
+
+	// The same client on a new connection and session.
+	d := e.dial(1, userCred)
+	if !d.sessionOnly("eager") {
+		t.Fatal("the client's second EXCHANGE_ID did not find its confirmed record")
+	}
+	fh, sid = openFile(t, d, "o", "eager")
+	d.do(putfh(fh), closeOp(0, sid))
+
+	// The client reboots: a new client id, a new RECLAIM_COMPLETE.
+	r := e.dial(1, userCred)
+	st, eid := exchangeID(r, "eager", 2)
+	if st != nfsv4.NFS4_OK {
+		t.Fatalf("EXCHANGE_ID of the rebooted client: %s", nfsv4.Nfsstat4_name[st])
+	}
+	if st := createSession(r, eid.EirClientid, eid.EirSequenceid); st != nfsv4.NFS4_OK {
+		t.Fatalf("CREATE_SESSION of the rebooted client: %s", nfsv4.Nfsstat4_name[st])
+	}
+	r.expect(nfsv4.NFS4ERR_GRACE, putroot(), openArgs(r, 0, "o", "eager", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	r.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	fh, sid = openFile(t, r, "o", "eager")
+	r.do(putfh(fh), closeOp(0, sid))
+
+	// A 4.0 client opens at once.
+	c40 := e.dial(0, userCred)
+	fh, sid = confirmedOpen40(t, c40, "eager40", "eager40")
+	c40.do(putfh(fh), closeOp(3, sid))
+}
+
+// A client that reclaimed its open after a restart but has not sent
+// RECLAIM_COMPLETE gets NFS4ERR_GRACE for a new lock and a new open even
+// once the server's grace period is over (issue 21; RFC 8881 18.51.3);
+// after its RECLAIM_COMPLETE it gets them.
+func TestAReclaimingClientGetsGraceForNewLocksAfterTheGracePeriodUntilItsReclaimComplete(t *testing.T) {
+	lease := time.Second
+	e := newEnv(t, Options{LeaseTime: lease})
+	holder := e.dial(1, userCred)
+	holder.session("slow-reclaimer")
+	fh, _ := openFile(t, holder, "o", "slow")
+
+	e.restart()
+	holder = e.dial(1, userCred)
+	holder.sessionOnly("slow-reclaimer")
+	out := holder.do(putfh(fh), openPrevious(holder, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	sid := openOK(t, out[1]).Stateid
+
+	// The grace period ends with its lease: the holder never says it is
+	// done, though it keeps its own lease alive.
+	other := e.dial(1, authSys(1001, 1001))
+	other.session("other")
+	waitFor(t, func() bool {
+		holder.do(putroot())
+		_, st := other.call(putroot(), openArgs(other, 0, "o", "unrelated", nfsv4.OPEN4_SHARE_ACCESS_BOTH, unchecked(0o644)))
+		if st != nfsv4.NFS4_OK && st != nfsv4.NFS4ERR_GRACE {
+			t.Fatalf("OPEN during the grace period: %s", nfsv4.Nfsstat4_name[st])
+		}
+		return st == nfsv4.NFS4_OK
+	}, "the grace period to end")
+
+	holder.expect(nfsv4.NFS4ERR_GRACE, putfh(fh), lockNew(holder, sid, "l", nfsv4.WRITE_LT, 0, 10))
+	holder.expect(nfsv4.NFS4ERR_GRACE, putroot(), openArgs(holder, 0, "o2", "slow", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
+	holder.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	holder.do(putfh(fh), lockNew(holder, sid, "l", nfsv4.WRITE_LT, 0, 10))
+	holder.do(putroot(), openArgs(holder, 0, "o2", "slow", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
+}

@@ -21,8 +21,12 @@ func (q *request) setclientid(a *nfsv4.Setclientid4args) nfsv4.Setclientid4res {
 	cl := t.confirmed[key]
 	if cl != nil && cl.principal != q.principal {
 		// Another principal's client record: not to be taken over
-		// (RFC 7530 16.33.5).
-		return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
+		// while it holds state (RFC 7530 16.33.5). Without state it is
+		// replaced when this principal's record is confirmed.
+		if cl.holdsState() {
+			return &nfsv4.Setclientid4res_NFS4ERR_CLID_INUSE{}
+		}
+		cl = nil
 	}
 	if p := t.grace.reclaimable[key]; p != "" && p != q.principal && t.inGrace(time.Now()) {
 		// Nor one recorded for reclaim.
@@ -50,10 +54,22 @@ func (q *request) setclientidConfirm(a *nfsv4.SetclientidConfirm4args) nfsv4.Nfs
 		t.mu.Unlock()
 		return nfsv4.NFS4ERR_STALE_CLIENTID
 	}
+	// Only the principal that made the record confirms it, and not over
+	// another principal's record that gained state since the
+	// SETCLIENTID (RFC 7530 16.34.5).
+	prev := t.confirmed[cl.key]
+	if cl.principal != q.principal ||
+		prev != nil && prev != cl && prev.principal != cl.principal && prev.holdsState() {
+		t.mu.Unlock()
+		return nfsv4.NFS4ERR_CLID_INUSE
+	}
 	cl.renew()
 	oldID, old := t.confirm(cl)
 	t.mu.Unlock()
 	if oldID != 0 {
+		if prev.principal != cl.principal {
+			q.s.forgetClient(prev)
+		}
 		q.s.releaseClient(oldID, old)
 	}
 	return nfsv4.NFS4_OK

@@ -96,13 +96,14 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 		return fail(st)
 	}
 	// A reclaim during the grace period takes back a lock held before a
-	// restart; any other LOCK waits for the grace period to end.
+	// restart; any other LOCK waits for the grace period to end, and for
+	// a 4.1 client's RECLAIM_COMPLETE.
 	t := q.s.state
 	t.mu.Lock()
 	if a.Reclaim {
 		st = t.mayReclaim(ls.owner.client)
 	} else {
-		st = t.noNewState()
+		st = t.noNewStateFor(ls.owner.client)
 	}
 	t.mu.Unlock()
 	if st != nfsv4.NFS4_OK {

@@ -57,7 +57,7 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	if reclaim {
 		st = t.mayReclaim(cl)
 	} else {
-		st = t.noNewState()
+		st = t.noNewStateFor(cl)
 	}
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()

@@ -196,14 +196,16 @@ func TestNFSv40OpenConfirmOfAConfirmedOwnerIsBadStateid(t *testing.T) {
 	c.do(putfh(fh), closeOp(3, sid))
 }
 
-// SETCLIENTID with the id of a confirmed client from another principal
-// (another AUTH_SYS uid) is NFS4ERR_CLID_INUSE (issue 11; RFC 7530
-// 16.33.5): one user cannot take over another's client record and its
-// state. The same principal may (a client reboot, with a new verifier).
+// SETCLIENTID with the id of a confirmed client that holds state, from
+// another principal (another AUTH_SYS uid), is NFS4ERR_CLID_INUSE (issue
+// 11; RFC 7530 16.33.5): one user cannot take over another's client
+// record and its state. The same principal may (a client reboot, with a
+// new verifier). A record without state is another matter
+// (clients_test.go).
 func TestNFSv40SetclientidFromAnotherPrincipalIsClidInuse(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := e.dial(0, userCred)
-	c.setclientid40("shared-id")
+	confirmedOpen40(t, c, "shared-id", "held-by-shared-id")
 	// Another uid, and the same uid on another machine, are other
 	// principals.
 	for _, cred := range []rpcv2.OpaqueAuth{authSys(1001, 1001), authSysOn("elsewhere", 1000, 1000, 1000, 2000)} {

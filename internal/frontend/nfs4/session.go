@@ -47,21 +47,45 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 	key := "4.1:" + string(a.EiaClientowner.CoOwnerid)
 	t := q.s.state
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	res, replaced := q.exchangeIDLocked(a, key)
+	t.mu.Unlock()
+	if replaced != nil {
+		// Nothing of it to release but its stable-storage record (which
+		// must not let it reclaim after a restart).
+		q.s.forgetClient(replaced)
+		q.s.releaseClient(replaced.id, nil)
+	}
+	return res
+}
+
+// exchangeIDLocked is EXCHANGE_ID's work on the tables (the cases of RFC
+// 8881 18.35.4). It returns, besides the result, another principal's
+// record that the request removed (client collision), for its release
+// outside the mutex. Requires the table mutex.
+//
+// A client record is bound to the principal that made it (RFC 8881
+// 18.35.4): another principal may not update it (NFS4ERR_PERM) nor
+// replace it while it holds state (NFS4ERR_CLID_INUSE), nor take over an
+// owner recorded for reclaim during the grace period. Without state it is
+// removed at once, so its client id is stale before the new record is
+// confirmed (case 3). "State" is what holdsState counts: opens (locks
+// live under them) and sessions too, as Linux's nfsd counts them; the RFC
+// speaks of state without listing it, and a client with a live session
+// is in use even while it holds no open.
+func (q *request) exchangeIDLocked(a *nfsv4.ExchangeId4args, key string) (nfsv4.ExchangeId4res, *client) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.ExchangeId4res, *client) {
+		return &nfsv4.ExchangeId4res_default{EirStatus: st}, nil
+	}
+	t := q.s.state
 	flags := uint32(nfsv4.EXCHGID4_FLAG_USE_NON_PNFS)
 	conf := t.confirmed[key]
 	principal := q.principal
 	upd := a.EiaFlags&nfsv4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0
-	var cl *client
-	// A client record is bound to the principal that made it (RFC 8881
-	// 18.35.5): another principal may not update it (NFS4ERR_PERM) nor
-	// replace it while it holds state or sessions (NFS4ERR_CLID_INUSE),
-	// nor take over an owner recorded for reclaim during the grace
-	// period.
+	var cl, replaced *client
 	switch {
 	case conf != nil && conf.principal != principal && upd:
 		return fail(nfsv4.NFS4ERR_PERM)
-	case conf != nil && conf.principal != principal && (len(conf.opens) > 0 || len(conf.sessions) > 0):
+	case conf != nil && conf.principal != principal && conf.holdsState():
 		return fail(nfsv4.NFS4ERR_CLID_INUSE)
 	case t.inGrace(time.Now()) && t.grace.reclaimable[key] != "" && t.grace.reclaimable[key] != principal:
 		return fail(nfsv4.NFS4ERR_CLID_INUSE)
@@ -74,6 +98,11 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 		}
 		return fail(nfsv4.NFS4ERR_NOT_SAME)
 	default:
+		if conf != nil && conf.principal != principal {
+			// A collision with a record that holds nothing: it goes now.
+			t.removeClient(conf)
+			replaced = conf
+		}
 		// A new client, or a rebooted one (its old record goes when the
 		// new one is confirmed by CREATE_SESSION).
 		if old := t.unconfirmed[key]; old != nil {
@@ -92,7 +121,7 @@ func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 		EirServerOwner:  nfsv4.ServerOwner4{SoMinorId: 0, SoMajorId: []byte(serverOwner)},
 		EirServerScope:  []byte(serverScope),
 		EirServerImplId: []nfsv4.NfsImplId4{{NiiDomain: "bucketfs", NiiName: "bucketfs nfs4"}},
-	}}
+	}}, replaced
 }
 
 // newClient makes a client record. Requires the table mutex.
@@ -117,6 +146,12 @@ func (q *request) createSession(a *nfsv4.CreateSession4args) nfsv4.CreateSession
 	if cl == nil || !cl.minor41 {
 		t.mu.Unlock()
 		return fail(nfsv4.NFS4ERR_STALE_CLIENTID)
+	}
+	if !cl.confirmed && cl.principal != q.principal {
+		// Only the principal that made an unconfirmed record confirms
+		// it (RFC 8881 18.36.4); the refusal leaves it as it was.
+		t.mu.Unlock()
+		return fail(nfsv4.NFS4ERR_CLID_INUSE)
 	}
 	switch {
 	case a.CsaSequence == cl.csSeq:

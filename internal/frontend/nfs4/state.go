@@ -400,5 +400,11 @@ func (cl *client) busy() bool {
 	return false
 }
 
+// holdsState reports whether the client holds state that another
+// principal's EXCHANGE_ID or SETCLIENTID may not take from it: an open
+// (its locks live under its opens) or, in 4.1, a session. Requires the
+// table mutex.
+func (cl *client) holdsState() bool { return len(cl.opens) > 0 || len(cl.sessions) > 0 }
+
 // renew extends a client's lease. Requires the table mutex.
 func (cl *client) renew() { cl.lastRenew = time.Now() }
