@@ -1,0 +1,31 @@
+// Package kernelnfs tests bucketfs's NFS server through the Linux kernel's
+// own NFS client, the client users mount with.
+//
+// This machine's kernel has no NFS client, so the test boots one: a Debian
+// Linux 6.1 kernel (the linux-image-6.1.0-N-amd64 package, downloaded and
+// unpacked, never installed) under QEMU, with an initramfs the test builds
+// from the kernel's own modules (virtio network card, sunrpc, nfs, nfsv4)
+// and the guest test binary (test/kernelnfs/guest) as /init. The guest's
+// network is QEMU's user-mode network with restrict=on: it reaches nothing
+// but the forwarded NFS ports, each joined to a `bucketfs serve` on this
+// host's loopback by a relay process per connection (this test binary
+// again).
+//
+// Two servers run for one boot: one with default flags (root squashed,
+// AUTH_NONE refused for everything but the NULL ping), where the guest
+// mounts at each NFS minor version and mount option set, works as an
+// unprivileged user and checks root squash; and one with
+// --root-squash=false, where the guest runs the POSIX conformance workloads
+// (internal/posixtest) as root. When the guest has powered off, the host
+// flushes the default server and checks its bucket object by object
+// against what the guest reported writing (second serial port).
+//
+// Run it with
+//
+//	go test -tags kernelnfs -count=1 -timeout 30m ./test/kernelnfs/
+//
+// (.ci/run does, after installing qemu-system-x86). -kernelnfs.long adds
+// mount option sets and the longer workloads. Without KVM (as here) the
+// guest CPU is emulated and every NFS round trip costs milliseconds: the
+// test checks behaviour, never speed.
+package kernelnfs

@@ -1,0 +1,344 @@
+//go:build kernelnfs
+
+package kernelnfs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+var (
+	long     = flag.Bool("kernelnfs.long", false, "also mount with more option sets (nconnect, rsize/wsize, soft, negotiated version)")
+	guestFor = flag.Duration("kernelnfs.timeout", 25*time.Minute, "how long the guest may run")
+	accel    = flag.String("kernelnfs.accel", "tcg,thread=multi", "QEMU accelerator (kvm where the host can run guests)")
+)
+
+// The guest reaches the servers at these ports of serverAddr (guestfwd);
+// each connection is relayed to the server's real port on 127.0.0.1.
+const (
+	guestDefaultPort = "2049"
+	guestTrustedPort = "2050"
+	relayArg         = "kernelnfs-relay"
+)
+
+func TestMain(m *testing.M) {
+	// QEMU starts this binary as `BINARY kernelnfs-relay ADDR` for every
+	// connection the guest opens to a forwarded port, with the connection
+	// on stdin and stdout.
+	if len(os.Args) == 3 && os.Args[1] == relayArg {
+		os.Exit(relay(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+// relay joins stdin and stdout to a TCP connection to addr until either
+// side is done.
+func relay(addr string) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		io.Copy(c, os.Stdin)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	io.Copy(os.Stdout, c)
+	return 0
+}
+
+// The mount sets the smoke workload uses, as VERS[:OPTION...]: each minor
+// version, with the options users reach for spread over them (hard is the
+// default).
+var (
+	smokeMounts = []string{"4.0", "4.1:nconnect=4", "4.2:rsize=65536:wsize=65536:soft"}
+	longMounts  = []string{"4.0:soft:timeo=50", "4.1", "4.1:rsize=1048576:wsize=1048576", "4.2", "4.2:nconnect=4:hard"}
+)
+
+func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *testing.T) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Fatal("qemu-system-x86_64 not found: apt-get install qemu-system-x86 (.ci/run does)")
+	}
+	k := fetchKernel(t)
+	work := t.TempDir()
+	bin := filepath.Join(work, "bucketfs")
+	goBuild(t, nil, "build", "-o", bin, "bucketfs/cmd/bucketfs")
+	guest := filepath.Join(work, "guest.test")
+	goBuild(t, []string{"CGO_ENABLED=0"}, "test", "-c", "-tags", "kernelnfs", "-o", guest, "bucketfs/test/kernelnfs/guest")
+	initrd := filepath.Join(work, "initrd")
+	buildInitramfs(t, k, guest, initrd)
+
+	def := startServe(t, bin, filepath.Join(work, "default"), "--uid", "1000", "--gid", "1000")
+	trusted := startServe(t, bin, filepath.Join(work, "trusted"), "--root-squash=false")
+
+	mounts := smokeMounts
+	if *long {
+		mounts = append(mounts, longMounts...)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	console, results := filepath.Join(work, "console.log"), filepath.Join(work, "results.log")
+	fwd := func(guestPort string, s *server) string {
+		return fmt.Sprintf("guestfwd=tcp:10.0.2.100:%s-cmd:%s %s %s", guestPort, self, relayArg, s.addr)
+	}
+	args := []string{"-accel", *accel, "-cpu", "max", "-m", "1024", "-smp", "2",
+		"-nodefaults", "-no-reboot", "-display", "none", "-monitor", "none",
+		"-kernel", k.vmlinuz(), "-initrd", initrd,
+		"-append", strings.Join([]string{"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
+			"KN_DEFAULT_PORT=" + guestDefaultPort, "KN_TRUSTED_PORT=" + guestTrustedPort,
+			"KN_MOUNTS=" + strings.Join(mounts, "/")}, " "),
+		"-serial", "file:" + console, "-serial", "file:" + results,
+		// restrict=on: the guest reaches nothing but the two forwards.
+		"-netdev", "user,id=n0,restrict=on," + fwd(guestDefaultPort, def) + "," + fwd(guestTrustedPort, trusted),
+		"-device", "virtio-net-pci,netdev=n0", "-device", "virtio-rng-pci"}
+	ctx, cancel := context.WithTimeout(t.Context(), *guestFor)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, qemu, args...)
+	var qemuOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &qemuOut, &qemuOut
+	err = cmd.Run()
+	t.Logf("the guest ran %s", time.Since(start).Round(time.Second))
+	out, _ := os.ReadFile(console)
+	t.Logf("guest console:\n%s", out)
+	if err != nil {
+		t.Fatalf("qemu: %v\n%s", err, qemuOut.Bytes())
+	}
+	checkGuestTests(t, out)
+
+	// What the guest wrote through the default server is in its bucket.
+	def.flush(t)
+	exps := readExpectations(t, results)
+	if len(exps) == 0 {
+		t.Fatal("the guest reported nothing to find in the bucket")
+	}
+	checkBucket(t, def, exps)
+	t.Logf("%d objects checked in the bucket", len(exps))
+}
+
+// checkGuestTests fails the test for each guest test that failed and when
+// the guest did not finish.
+func checkGuestTests(t *testing.T, console []byte) {
+	t.Helper()
+	exit := -1
+	sc := bufio.NewScanner(bytes.NewReader(console))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "--- FAIL: "); i >= 0 {
+			t.Errorf("in the guest: %s", strings.TrimSpace(line[i:]))
+		}
+		if s, ok := strings.CutPrefix(strings.TrimSpace(line), "KERNELNFS-EXIT "); ok {
+			exit, _ = strconv.Atoi(s)
+		}
+		if strings.Contains(line, "KERNELNFS-SETUP-FAILED") {
+			t.Errorf("the guest could not set itself up: %s", line)
+		}
+	}
+	if exit != 0 {
+		t.Errorf("the guest's tests ended with %d (-1: they did not finish)", exit)
+	}
+}
+
+// expectation mirrors guest.Expectation.
+type expectation struct {
+	Server string
+	Key    string
+	Absent bool
+	Size   int
+	SHA256 string
+	Mode   uint32
+	UID    uint32
+	GID    uint32
+}
+
+func readExpectations(t *testing.T, path string) []expectation {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exps []expectation
+	for _, line := range strings.Split(string(data), "\n") {
+		_, js, ok := strings.Cut(line, "KERNELNFS-EXPECT ")
+		if !ok {
+			continue
+		}
+		var e expectation
+		if err := json.Unmarshal([]byte(strings.TrimSpace(js)), &e); err != nil {
+			t.Fatalf("a report from the guest does not decode: %q: %v", line, err)
+		}
+		exps = append(exps, e)
+	}
+	return exps
+}
+
+// checkBucket compares the default server's bucket with what the guest
+// expects, object by object: bytes, size, and the attributes in the
+// object's metadata.
+func checkBucket(t *testing.T, s *server, exps []expectation) {
+	t.Helper()
+	c, bucket := s.s3(t)
+	ctx := t.Context()
+	for _, e := range exps {
+		if e.Server != "default" {
+			continue
+		}
+		out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &e.Key})
+		var missing *types.NoSuchKey
+		switch {
+		case e.Absent && errors.As(err, &missing):
+			continue
+		case e.Absent && err == nil:
+			out.Body.Close()
+			t.Errorf("%s: in the bucket, but the guest removed it", e.Key)
+			continue
+		case err != nil:
+			t.Errorf("%s: %v", e.Key, err)
+			continue
+		}
+		body, err := io.ReadAll(out.Body)
+		out.Body.Close()
+		if err != nil {
+			t.Errorf("%s: %v", e.Key, err)
+			continue
+		}
+		sum := sha256.Sum256(body)
+		if len(body) != e.Size || hex.EncodeToString(sum[:]) != e.SHA256 {
+			t.Errorf("%s: the bucket holds %d bytes (sha256 %x), the guest wrote %d (%s)", e.Key, len(body), sum, e.Size, e.SHA256)
+		}
+		md := out.Metadata
+		mode, _ := strconv.ParseUint(md["mode"], 10, 32)
+		uid, _ := strconv.ParseUint(md["uid"], 10, 32)
+		gid, _ := strconv.ParseUint(md["gid"], 10, 32)
+		if uint32(mode)&0o7777 != e.Mode || uint32(uid) != e.UID || uint32(gid) != e.GID {
+			t.Errorf("%s: the object says mode %o uid %d gid %d, the guest made %o %d %d", e.Key, mode&0o7777, uid, gid, e.Mode, e.UID, e.GID)
+		}
+	}
+}
+
+// goBuild runs the go command from this module.
+func goBuild(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// server is a `bucketfs serve` on this host's loopback.
+type server struct {
+	bin, stateDir, addr string
+	mu                  sync.Mutex
+	log                 bytes.Buffer
+}
+
+func (s *server) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Write(p)
+}
+
+func (s *server) logText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// startServe starts `bucketfs serve` on the embedded store with its own
+// state directory, the NFS port on a free loopback port, and flags; it is
+// stopped (SIGTERM) with the test.
+func startServe(t *testing.T, bin, stateDir string, flags ...string) *server {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s := &server{bin: bin, stateDir: stateDir, addr: addr}
+	cmd := exec.Command(bin, append([]string{"serve", "--state-dir", stateDir, "--nfs-listen", addr}, flags...)...)
+	cmd.Stdout, cmd.Stderr = s, s
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("serve %v log:\n%s", flags, s.logText())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(s.logText(), "over NFS on") {
+		select {
+		case <-exited:
+			t.Fatalf("bucketfs serve %v exited:\n%s", flags, s.logText())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bucketfs serve %v did not come up:\n%s", flags, s.logText())
+		}
+	}
+	return s
+}
+
+// flush exports everything pending; it returns when the bucket has it.
+func (s *server) flush(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(s.bin, "flush", "--state-dir", s.stateDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bucketfs flush: %v\n%s", err, out)
+	}
+}
+
+// s3 is a client of the server's embedded store, from its s3.env.
+func (s *server) s3(t *testing.T) (*s3.Client, string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.stateDir, "s3.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	c := s3.New(s3.Options{Region: env["AWS_REGION"], BaseEndpoint: aws.String(env["AWS_ENDPOINT_URL"]), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "")})
+	return c, env["BUCKETFS_BUCKET"]
+}
