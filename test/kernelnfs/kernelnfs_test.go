@@ -115,7 +115,9 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 		"-serial", "file:" + console, "-serial", "file:" + results,
 		// restrict=on: the guest reaches nothing but the two forwards.
 		"-netdev", "user,id=n0,restrict=on," + fwd(guestDefaultPort, def) + "," + fwd(guestTrustedPort, trusted),
-		"-device", "virtio-net-pci,netdev=n0", "-device", "virtio-rng-pci"}
+		// romfile= : no boot ROM (the guest boots from -kernel), so
+		// ipxe-qemu need not be installed.
+		"-device", "virtio-net-pci,netdev=n0,romfile=", "-device", "virtio-rng-pci"}
 	ctx, cancel := context.WithTimeout(t.Context(), *guestFor)
 	defer cancel()
 	start := time.Now()
