@@ -332,3 +332,29 @@ func TestABucketSideRecreationAfterALocalRemovalIsStillImported(t *testing.T) {
 		t.Fatalf("f has %d bytes, want the bucket's %d", f.Size, len("bucket side f"))
 	}
 }
+
+// The same rule on the lookup path: after a restart every directory is
+// stale, and a name missing from one is looked for in the bucket alone
+// (LookupOne). A directory removed with rm -r whose deletes the exporter
+// has not carried out yet still has objects under its prefix; they are
+// the file side's own and make no directory.
+func TestALookupAfterARestartDoesNotBringBackADirectoryRemovedBeforeIt(t *testing.T) {
+	h := newHeldEnv(t)
+	ctx := context.Background()
+	h.makeDir(t, "d", 3)
+	h.removeAll(t, "d")
+	restarted := NewImporter(h.m, h.im.bucket, ImporterConfig{}) // nothing is fresh
+	root, err := h.m.Get(ctx, meta.RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.LookupOne(ctx, &root, "d"); err != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Fatal(err)
+	}
+	h.mustBeGone(t, "d", "after a lookup of the name")
+	h.flush(t)
+	if err := restarted.PollDir(ctx, meta.RootIno); err != nil {
+		t.Fatal(err)
+	}
+	h.mustBeGone(t, "d", "after the deletes were exported and the root polled")
+}
