@@ -35,7 +35,10 @@
 // generation and queue entry (data.go), so no crash separates a file's
 // bytes from its record. Before the exporter writes an object it records
 // the key as an intent (intents.go), so no crash leaves an object of ours
-// that nothing records. This package never talks to the bucket; it records
-// what the bucket holds. Permission checks belong to package vfs: meta
-// applies what it is told.
+// that nothing records. An import applies an observation of the bucket (a
+// LIST, a HEAD) made before its transaction; it never adds back a name the
+// file side removed after that observation, nor a name whose objects are
+// the file side's own removals (fences.go). This package never talks to
+// the bucket; it records what the bucket holds. Permission checks belong
+// to package vfs: meta applies what it is told.
 package meta

@@ -84,8 +84,10 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 // is still expect (by number and Gen; expect nil means no entry may exist).
 // Directories in missing are created first (implicit directories of a new
 // prefix). A replaced inode's tier data must be dropped by the caller; the
-// returned inode is the one now at the name.
-func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
+// returned inode is the one now at the name. o is the observation of the
+// bucket the import rests on: a name it would add that a file-side change
+// stands against (see fences.go) fails with EAGAIN.
+func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, err := s.getInode(tx, parent)
 		if err != nil {
@@ -110,6 +112,9 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			if !errors.Is(err, syscall.ENOENT) {
 				return err
 			}
+			if o.removedSince(p.Ino, d) {
+				return fmt.Errorf("import %q: removed on the file side after the bucket was looked at: %w", d, syscall.EAGAIN)
+			}
 			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR, Defaulted: Defaulted, Mtime: it.Mtime})
 			if err != nil {
 				return err
@@ -131,6 +136,12 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 			return err
 		}
 		if expect == nil {
+			it.Name = name
+			if ok, err := s.importAllowed(tx, o, p.Ino, &it); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("import %q: a file-side change the bucket was looked at before stands against it: %w", name, syscall.EAGAIN)
+			}
 			in, err = s.addImported(tx, &p, it)
 			if err != nil {
 				return err

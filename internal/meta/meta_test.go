@@ -118,7 +118,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 	first := Defaults{Uid: 1000, Gid: 1000, FileMode: 0o644, DirMode: 0o755}
 	s, closeDB := open(first)
 	t.Cleanup(func() { closeDB() })
-	_, err := s.AddImported(ctx, RootIno, []Imported{
+	_, _, err := s.AddImported(ctx, Observation{}, RootIno, []Imported{
 		{Name: "bare", Mode: syscall.S_IFREG, Defaulted: Defaulted, Obj: Object{Key: "bare", ETag: "1", VersionID: "v1", Size: 1}},
 		{Name: "s3fs", Mode: syscall.S_IFREG | 0o600, Uid: 7, Gid: 8, Obj: Object{Key: "s3fs", ETag: "2", VersionID: "v2", Size: 1}},
 		{Name: "modeonly", Mode: syscall.S_IFREG | 0o640, Defaulted: UidDefaulted | GidDefaulted, Obj: Object{Key: "modeonly", ETag: "3", VersionID: "v3", Size: 1}},
@@ -352,7 +352,7 @@ func TestImportedChildrenDoNotReplaceLocalNames(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir())
 	local := mustCreate(t, s, RootIno, "same", syscall.S_IFREG|0o600)
-	n, err := s.AddImported(ctx, RootIno, []Imported{
+	n, _, err := s.AddImported(ctx, Observation{}, RootIno, []Imported{
 		{Name: "same", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "same", Size: 3}},
 		{Name: "dir", Mode: syscall.S_IFDIR | 0o755},
 		{Name: s.LostFoundName(), Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: s.LostFoundName()}},
@@ -603,7 +603,7 @@ func TestAnImportIntoADirectoryRemovedMeanwhileIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	it := Imported{Name: "x", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "d/x", ETag: "e", VersionID: "v", Size: 1}}
-	_, err = s.ImportObject(ctx, d.Ino, nil, "x", nil, it)
+	_, err = s.ImportObject(ctx, Observation{}, d.Ino, nil, "x", nil, it)
 	if !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("import into a removed directory: %v, want EAGAIN", err)
 	}

@@ -213,7 +213,11 @@ func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, c
 		if err := s.unlink(tx, &p, name, &in, dir); err != nil {
 			return err
 		}
-		return putInode(tx, &p)
+		if err := putInode(tx, &p); err != nil {
+			return err
+		}
+		s.nameRemoved(parent, name)
+		return nil
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("remove %q from %d: %w", name, parent, err)

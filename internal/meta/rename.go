@@ -111,7 +111,11 @@ func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newPa
 			}
 			replaced = dst
 		}
-		return s.move(tx, &op, oldName, &np, newName, &src)
+		if err := s.move(tx, &op, oldName, &np, newName, &src); err != nil {
+			return err
+		}
+		s.nameRemoved(oldParent, oldName)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rename %q in %d to %q in %d: %w", oldName, oldParent, newName, newParent, err)

@@ -80,6 +80,7 @@ type Store struct {
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
 	defaults    Defaults
+	fences      fences // see fences.go
 }
 
 // Open loads the namespace from db, creating a new file system when db is

@@ -115,6 +115,7 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
 		}
+		s.keysDropped(oldKeys, in.Keys)
 		if wroteObjects(oldKeys, in.Keys) {
 			// The objects the export wrote record the attributes the
 			// inode showed: they are its own now (see Defaults).
@@ -223,6 +224,7 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
 			return err
 		}
+		s.keysDropped(in.Keys, nil)
 		if err := tier.Drop(tx, uint64(ino)); err != nil {
 			return err
 		}
@@ -257,14 +259,22 @@ type Imported struct {
 	// object did not carry: the inode shows the file system's defaults
 	// for them (see Defaults).
 	Defaulted Flags
+	// Evidence, for a directory from a common prefix, holds keys of
+	// current objects the bucket showed under it: the directory is added
+	// only if one of them is not the file side's own (see fences.go). A
+	// directory without evidence is added as it is.
+	Evidence []string
 }
 
-// AddImported adds the children a listing page of dir found. Names that
-// already exist on the file side are left alone. When last is set, the
+// AddImported adds the children a listing page of dir, made at o, found.
+// Names that already exist on the file side are left alone, and so are
+// those that a file-side change since o, or one the exporter has not
+// carried out, stands against (see fences.go): the keys of such files come
+// back in held, for the caller to look at again. When last is set, the
 // directory is marked Listed: every later lookup is answered from meta.
-func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last bool) (added int, err error) {
+func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items []Imported, last bool) (added int, held []string, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		added = 0
+		added, held = 0, held[:0]
 		p, err := s.getInode(tx, dir)
 		if err != nil {
 			return err
@@ -284,6 +294,14 @@ func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last
 			if dir == RootIno && it.Name == s.LostFoundName() {
 				continue
 			}
+			if ok, err := s.importAllowed(tx, o, dir, &it); err != nil {
+				return err
+			} else if !ok {
+				if it.Obj.Key != "" {
+					held = append(held, it.Obj.Key)
+				}
+				continue
+			}
 			if _, err := s.addImported(tx, &p, it); err != nil {
 				return err
 			}
@@ -295,7 +313,7 @@ func (s *Store) AddImported(ctx context.Context, dir Ino, items []Imported, last
 		return putInode(tx, &p)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("import into %d: %w", dir, err)
+		return 0, nil, fmt.Errorf("import into %d: %w", dir, err)
 	}
-	return added, nil
+	return added, held, nil
 }

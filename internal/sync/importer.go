@@ -218,6 +218,8 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 	imported := 0
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	obs := im.meta.Observe() // before the first LIST
+	defer obs.End()
 	pages := im.listPages(ctx, prefix)
 	for {
 		res := <-pages
@@ -230,13 +232,13 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 		var items []meta.Imported
 		dirs := map[string]bool{}
 		pos := "" // the listing has passed every key up to pos
-		real, err := im.realPrefixes(ctx, page.Prefixes)
+		evidence, err := im.prefixEvidence(ctx, obs, page.Prefixes)
 		if err != nil {
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
 		for i, p := range page.Prefixes {
 			pos = max(pos, p)
-			if !real[i] {
+			if len(evidence[i]) == 0 {
 				continue // only deleted objects under it: no directory
 			}
 			dirs[p] = true
@@ -245,7 +247,9 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 				im.reject(p, why)
 				continue
 			}
-			items = append(items, prefixDir(name, now.UnixNano()))
+			it := prefixDir(name, now.UnixNano())
+			it.Evidence = evidence[i]
+			items = append(items, it)
 		}
 		for _, o := range page.Objects {
 			pos = max(pos, o.Key)
@@ -277,9 +281,14 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			return err
 		}
 		items = append(items, files...)
-		n, err := im.meta.AddImported(ctx, dir, items, last)
+		n, held, err := im.meta.AddImported(ctx, obs, dir, items, last)
 		if err != nil {
 			return err
+		}
+		for _, k := range held {
+			// A file-side change stood against the listing's view of
+			// it: look at the key again once the listing is done.
+			im.deferKey(dir, k)
 		}
 		im.imported.Add(int64(n))
 		imported += n
@@ -291,11 +300,11 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 	}
 }
 
-// realPrefixes tells, for each common prefix of a listing, whether a
-// current object lies under it (see bucket.HasCurrentUnder), asking the
-// store about several at once.
-func (im *Importer) realPrefixes(ctx context.Context, prefixes []string) ([]bool, error) {
-	real := make([]bool, len(prefixes))
+// prefixEvidence finds, for each common prefix of a listing made at o,
+// the current objects under it that make it a directory (see
+// dirEvidence), asking the store about several at once.
+func (im *Importer) prefixEvidence(ctx context.Context, o meta.Observation, prefixes []string) ([][]string, error) {
+	evidence := make([][]string, len(prefixes))
 	errs := make([]error, len(prefixes))
 	sem := make(chan struct{}, 16)
 	var wg gosync.WaitGroup
@@ -304,11 +313,11 @@ func (im *Importer) realPrefixes(ctx context.Context, prefixes []string) ([]bool
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			real[i], errs[i] = im.bucket.HasCurrentUnder(ctx, p)
+			evidence[i], errs[i] = im.dirEvidence(ctx, o, p, "")
 		}()
 	}
 	wg.Wait()
-	return real, errors.Join(errs...)
+	return evidence, errors.Join(errs...)
 }
 
 type pageResult struct {
@@ -450,6 +459,8 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 		return syscall.ENOENT
 	}
 	key := prefix + name
+	obs := im.meta.Observe() // before the HEAD and the LIST
+	defer obs.End()
 	var (
 		head    bucket.ObjectInfo
 		headErr error
@@ -466,9 +477,26 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 		return fmt.Errorf("look up %q: %w", key, err)
 	}
 	var it meta.Imported
-	switch {
-	case len(under.Objects) > 0 || len(under.Prefixes) > 0 && im.hasCurrentUnder(ctx, key+"/"):
+	isDir := false
+	if len(under.Objects) > 0 || len(under.Prefixes) > 0 {
+		first := ""
+		if len(under.Objects) > 0 {
+			first = under.Objects[0].Key
+		}
 		it = prefixDir(name, time.Now().UnixNano())
+		evidence, err := im.dirEvidence(ctx, obs, key+"/", first)
+		switch {
+		case err != nil:
+			// The lookup of the name must not fail for it: the listing
+			// said there is a directory.
+			im.log.Warn("could not tell whether a prefix holds objects; taken as a directory", "prefix", key+"/", "err", err)
+			isDir = true
+		case len(evidence) > 0:
+			it.Evidence, isDir = evidence, true
+		}
+	}
+	switch {
+	case isDir:
 	case errors.Is(headErr, bucket.ErrNotFound):
 		return syscall.ENOENT
 	case headErr != nil:
@@ -482,9 +510,11 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 			return err
 		}
 	}
-	in, err := im.meta.ImportObject(ctx, dir.Ino, nil, name, nil, it)
+	in, err := im.meta.ImportObject(ctx, obs, dir.Ino, nil, name, nil, it)
 	if errors.Is(err, syscall.EAGAIN) {
-		return nil // a listing or another lookup imported it first
+		// A listing or another lookup imported it first, or a file-side
+		// change stands against it: meta has the answer.
+		return nil
 	}
 	if err != nil {
 		return err
@@ -497,16 +527,4 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 	}
 	im.validated(&in) // just compared: an open right after needs no HEAD
 	return nil
-}
-
-// hasCurrentUnder is bucket.HasCurrentUnder for a lookup: a failed check
-// counts as a directory, as the listing said (the lookup of the name must
-// not fail for it).
-func (im *Importer) hasCurrentUnder(ctx context.Context, prefix string) bool {
-	real, err := im.bucket.HasCurrentUnder(ctx, prefix)
-	if err != nil {
-		im.log.Warn("could not tell whether a prefix holds objects; taken as a directory", "prefix", prefix, "err", err)
-		return true
-	}
-	return real
 }

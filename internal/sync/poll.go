@@ -92,18 +92,37 @@ func (im *Importer) RunPoller(ctx context.Context, interval, activeFor time.Dura
 	}
 }
 
-// allRecorded reports whether every key of keys, the current objects
-// under a prefix the file side has no name for, is one the file side
-// records for an inode whose name has moved on or gone: removals and moves
-// the exporter has not carried out yet. Such a prefix is no directory:
-// importing it would bring back names the file side removed.
-func (im *Importer) allRecorded(ctx context.Context, keys []string) (bool, error) {
-	for _, k := range keys {
-		if _, owned, err := im.meta.KeyOwner(ctx, k); err != nil || !owned {
-			return false, err
+// maxEvidence bounds the keys read under a prefix to tell whether a
+// current object under it is not the file side's own. When all those read
+// are, the prefix counts as the file side's: an object the bucket put
+// under a removed directory that sorts after this many of the file side's
+// pending deletes is imported once the exporter has carried them out.
+const maxEvidence = 1000
+
+// dirEvidence returns keys of current objects under the prefix p, where a
+// listing made at o shows a directory (meta.Imported.Evidence): none if no
+// current object lies under p (stores such as MinIO and versitygw list a
+// prefix that holds only old versions and delete markers). first, if not
+// "", is such a key the caller has already. One key is enough unless it is
+// the file side's own, a removal or move the exporter has not carried out
+// or carried out since o (meta.Store.OursSince); then up to maxEvidence
+// are read, and the import adds the directory only if one of them is not.
+// Importing a prefix of our own pending deletes would bring back a
+// directory the file side removed.
+func (im *Importer) dirEvidence(ctx context.Context, o meta.Observation, p, first string) ([]string, error) {
+	more := true
+	keys := []string{first}
+	if first == "" {
+		var err error
+		if keys, more, err = im.bucket.KeysUnder(ctx, p, 1); err != nil || len(keys) == 0 {
+			return nil, err
 		}
 	}
-	return true, nil
+	if ours, err := im.meta.OursSince(ctx, o, keys[0]); err != nil || !ours || !more {
+		return keys, err
+	}
+	keys, _, err := im.bucket.KeysUnder(ctx, p, maxEvidence)
+	return keys, err
 }
 
 // mayBeGone reports whether the directory in, whose prefix a listing
@@ -142,6 +161,9 @@ func (im *Importer) dropImportedDir(ctx context.Context, dir meta.Ino, prefix st
 
 // PollDir lists one directory's prefix and revalidates every key whose
 // object differs from what the namespace recorded: new, changed or gone.
+// A new directory it adds rests on the listing, which may be older than a
+// file-side removal of the name: meta refuses it then (see meta's
+// fences.go), and the next poll looks again.
 func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 	d, err := im.meta.Get(ctx, dir)
 	if errors.Is(err, syscall.ENOENT) {
@@ -165,6 +187,8 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 	if err != nil || !ok {
 		return err
 	}
+	obs := im.meta.Observe() // before the first LIST
+	defer obs.End()
 	seen := map[string]bool{}
 	token := ""
 	for {
@@ -197,25 +221,20 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 			}
 			// A prefix with only deleted objects under it is no directory,
 			// and does not stand for a name the file side has; nor is one
-			// whose objects are removals not carried out yet.
-			keys, more, kerr := im.bucket.KeysUnder(ctx, p, 100)
+			// whose objects are removals not carried out yet (meta checks
+			// the evidence when it adds the directory).
+			evidence, kerr := im.dirEvidence(ctx, obs, p, "")
 			if kerr != nil {
 				return fmt.Errorf("poll %q: %w", p, kerr)
 			}
-			if len(keys) == 0 {
+			if len(evidence) == 0 {
 				continue
-			}
-			if errors.Is(err, syscall.ENOENT) && !more {
-				if pending, err := im.allRecorded(ctx, keys); err != nil {
-					return fmt.Errorf("poll %q: %w", p, err)
-				} else if pending {
-					continue
-				}
 			}
 			seen[name] = true
 			if errors.Is(err, syscall.ENOENT) {
 				it := prefixDir(name, time.Now().UnixNano())
-				in, err := im.meta.ImportObject(ctx, dir, nil, name, nil, it)
+				it.Evidence = evidence
+				in, err := im.meta.ImportObject(ctx, obs, dir, nil, name, nil, it)
 				switch {
 				case err == nil:
 					im.logImport(ctx, "new", p, "", 0, in.Ino)

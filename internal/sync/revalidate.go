@@ -79,6 +79,8 @@ func (im *Importer) revalidateKey(ctx context.Context, key string, pace *rate.Li
 }
 
 func (im *Importer) revalidate(ctx context.Context, key string) error {
+	obs := im.meta.Observe() // before the look at the namespace and the HEAD
+	defer obs.End()
 	res, err := im.meta.Resolve(ctx, key)
 	if errors.Is(err, syscall.ENOTDIR) {
 		im.reject(key, "a file stands where the key needs a directory")
@@ -203,7 +205,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		if err != nil {
 			return im.rejectOr(key, err)
 		}
-		in, err := im.meta.ImportObject(ctx, res.Parent, res.Missing, res.Name, nil, it)
+		in, err := im.meta.ImportObject(ctx, obs, res.Parent, res.Missing, res.Name, nil, it)
 		if err != nil {
 			return err
 		}
@@ -239,10 +241,10 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 		// made in the bucket while the file side made the name, an object
 		// with our tag too (a restore of an older version, or a copy,
 		// carries it): both sides changed it, and the bucket wins.
-		return im.conflict(ctx, key, res, head, exists)
+		return im.conflict(ctx, obs, key, res, head, exists)
 	}
 	if child.Dirty() {
-		return im.conflict(ctx, key, res, head, exists)
+		return im.conflict(ctx, obs, key, res, head, exists)
 	}
 	if !exists {
 		if err := im.meta.ForgetKey(ctx, res.Parent, res.Name, child, key, true); err != nil {
@@ -256,7 +258,7 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 	if err != nil {
 		return im.rejectOr(key, err)
 	}
-	in, err := im.importOver(ctx, res, child, it)
+	in, err := im.importOver(ctx, obs, res, child, it)
 	if err != nil {
 		return err
 	}
@@ -271,13 +273,13 @@ func (im *Importer) revalidate(ctx context.Context, key string) error {
 // transaction; a write racing the import either lands before it (the import
 // then fails with EAGAIN, as the file changed, and the next look finds a
 // conflict) or after it, on the new version.
-func (im *Importer) importOver(ctx context.Context, res meta.Resolved, child *meta.Inode, it meta.Imported) (meta.Inode, error) {
-	return im.meta.ImportObject(ctx, res.Parent, nil, res.Name, child, it)
+func (im *Importer) importOver(ctx context.Context, obs meta.Observation, res meta.Resolved, child *meta.Inode, it meta.Imported) (meta.Inode, error) {
+	return im.meta.ImportObject(ctx, obs, res.Parent, nil, res.Name, child, it)
 }
 
 // conflict resolves a name changed on both sides: the file side's version
 // moves to lost+found, and the bucket's version (if any) takes the name.
-func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved, head bucket.ObjectInfo, exists bool) error {
+func (im *Importer) conflict(ctx context.Context, obs meta.Observation, key string, res meta.Resolved, head bucket.ObjectInfo, exists bool) error {
 	child := res.Child
 	lfName := meta.LostFoundEntryName(key, time.Now())
 	if err := im.meta.MoveToLostFound(ctx, res.Parent, res.Name, child, lfName, key); err != nil {
@@ -298,7 +300,7 @@ func (im *Importer) conflict(ctx context.Context, key string, res meta.Resolved,
 	if err != nil {
 		return im.rejectOr(key, err)
 	}
-	in, err := im.meta.ImportObject(ctx, res.Parent, nil, res.Name, nil, it)
+	in, err := im.meta.ImportObject(ctx, obs, res.Parent, nil, res.Name, nil, it)
 	if err != nil {
 		return err
 	}
