@@ -192,7 +192,7 @@ func (s *Store) ImportObject(ctx context.Context, parent Ino, missing []string, 
 				if err := tier.Drop(tx, uint64(in.Ino)); err != nil {
 					return err
 				}
-				in.Cached = 0
+				in.dropHeld()
 				in.Replaced++
 			}
 			in.Size = it.Obj.Size
