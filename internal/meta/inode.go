@@ -142,8 +142,12 @@ func (in *Inode) hold(d tier.Bytes) {
 // held is what the tier holds of the inode.
 func (in *Inode) held() tier.Bytes { return tier.Bytes{Cached: in.Cached, Dirty: in.Unexported} }
 
-// dropHeld records that the tier holds nothing of the inode any more.
-func (in *Inode) dropHeld() { in.Cached, in.Unexported = 0, 0 }
+// dropHeld records that the tier holds nothing of the inode any more:
+// every block it stores from now on is stamped.
+func (in *Inode) dropHeld() {
+	in.Cached, in.Unexported = 0, 0
+	in.Flags &^= unstamped
+}
 
 // Has reports whether every flag in f is set.
 func (in *Inode) Has(f Flags) bool { return in.Flags&f == f }
