@@ -348,12 +348,13 @@ func (e *Engine) checkpoint(ctx context.Context) {
 	e.lastCheckpoint.Store(start.UnixNano())
 }
 
-// evict keeps the tier under its capacity: it drops the cached data of
-// clean files whose bytes the bucket holds, least recently used first,
-// until the tier is 10% under its capacity. Dirty files, open files and
-// anything the bucket lacks stay (meta.EvictData checks it again in the
-// transaction that drops the data). Each file evicted is a debug line
-// ("tier evicted": ino, key, bytes).
+// evict keeps the tier under its capacity: it drops the cached bytes that
+// the bucket holds (clean files whole, and the blocks of files with
+// unexported changes that hold none of them), least recently used file
+// first, until the tier is 10% under its capacity. Unexported blocks,
+// open files and anything the bucket lacks stay (meta.EvictData checks it
+// again in the transaction that drops the data). Each file evicted is a
+// debug line ("tier evicted": ino, key, bytes).
 func (e *Engine) evict(ctx context.Context) {
 	u, err := e.Meta.Usage(ctx)
 	if err != nil || u.Total <= e.cfg.TierCapacity {

@@ -24,7 +24,9 @@ type PebbleOptions struct {
 	// being written, one flushing or kept for reuse) took the whole
 	// default cache, and every lookup read its blocks from the files.
 	CacheSize int64
-	// MemTableSize is the size of one memtable in bytes. Default 32 MiB.
+	// MemTableSize is the size of one memtable in bytes. Default: sized to
+	// the disk the store is on (memTableFor), 32 MiB on a disk of 4 GiB
+	// or more.
 	MemTableSize uint64
 	// FS is the file system the store lives on; nil means the operating
 	// system's. Power-loss tests pass Pebble's strict in-memory file
@@ -33,9 +35,34 @@ type PebbleOptions struct {
 }
 
 const (
-	defaultPebbleCacheSize    = 64 << 20
-	defaultPebbleMemTableSize = 32 << 20
+	defaultPebbleCacheSize = 64 << 20
+	maxPebbleMemTableSize  = 32 << 20
+	minPebbleMemTableSize  = 4 << 20
 )
+
+// memTableFor returns the memtable size for a store in dir: a 128th of
+// its disk, between 4 and 32 MiB.
+//
+// The memtable size is also the size of the store's preallocated files,
+// which take disk space however little they hold: Pebble gives every log
+// file (one per memtable) 110% of MemTableSize up front, keeps up to
+// three old ones for reuse, and at start ramps its memtables up from
+// 256 KiB, with a log file each, before the first flush. With 32 MiB
+// memtables that was up to eight files of 36 MiB: on a 160 MiB state
+// disk holding 5 MiB of data the free space fell below the reserve that
+// writes leave (vfs: DiskReserve, 64 MiB), and every write failed with
+// ENOSPC. Sized to the disk, the log files take at most about 7% of a
+// disk of 512 MiB or more (eight of 1.1 x disk/128), some 35 MiB of a
+// smaller one, and 280 MiB of any. 4 MiB is the floor because a batch of
+// half the memtable or more is flushed on its own, and the file system
+// writes pieces of 1 MiB (meta.WritePiece).
+func memTableFor(fs vfs.FS, dir string) uint64 {
+	du, err := fs.GetDiskUsage(dir)
+	if err != nil || du.TotalBytes == 0 {
+		return maxPebbleMemTableSize // a file system that cannot tell (in memory)
+	}
+	return min(max(du.TotalBytes/128&^(1<<20-1), minPebbleMemTableSize), maxPebbleMemTableSize)
+}
 
 // pebbleStore implements Store on one Pebble database.
 type pebbleStore struct {
@@ -56,14 +83,14 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	if opt.CacheSize <= 0 {
 		opt.CacheSize = defaultPebbleCacheSize
 	}
-	if opt.MemTableSize == 0 {
-		opt.MemTableSize = defaultPebbleMemTableSize
-	}
 	if opt.FS == nil {
 		opt.FS = vfs.Default
 	}
 	if err := MkdirAllSynced(opt.FS, dir); err != nil {
 		return nil, fmt.Errorf("kv: open pebble %s: %w", dir, err)
+	}
+	if opt.MemTableSize == 0 {
+		opt.MemTableSize = memTableFor(opt.FS, dir)
 	}
 	// Take the directory lock ourselves so a lock failure is told apart
 	// from any other open error.
@@ -78,12 +105,17 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 		return nil, fmt.Errorf("kv: open pebble %s: %w (%v)", dir, ErrLocked, err)
 	}
 	o := &pebble.Options{
-		CacheSize:          opt.CacheSize + 2*int64(opt.MemTableSize),
-		MemTableSize:       opt.MemTableSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		Lock:               lock,
-		FS:                 opt.FS,
-		Logger:             quietLogger{},
+		CacheSize:    opt.CacheSize + 2*int64(opt.MemTableSize),
+		MemTableSize: opt.MemTableSize,
+		// The MANIFEST (the log of the store's file set) grows with
+		// every flush and compaction until it is rewritten at this
+		// size; Pebble's default, 128 MiB, would be most of a small
+		// disk. It is sized with the memtables, to the disk.
+		MaxManifestFileSize: int64(opt.MemTableSize),
+		FormatMajorVersion:  pebble.FormatNewest,
+		Lock:                lock,
+		FS:                  opt.FS,
+		Logger:              quietLogger{},
 	}
 	// Bloom filters let a lookup of a missing name (every create does one)
 	// skip most sstables. Levels below L0 inherit from L0.

@@ -297,3 +297,27 @@ func TestPebbleBlockCacheOutlivesFullMemtables(t *testing.T) {
 		t.Fatalf("ten lookups of one key: block cache %+v, want hits", m)
 	}
 }
+
+// The memtables, and so the log files Pebble preallocates for them, are
+// sized to the disk: a 128th of it, from 4 MiB on a disk of 512 MiB or
+// less to 32 MiB on one of 4 GiB or more. A file system that cannot tell
+// its size gets the largest.
+func TestMemtablesAreSizedToTheDisk(t *testing.T) {
+	for _, c := range []struct{ disk, want uint64 }{
+		{160 << 20, 4 << 20},
+		{512 << 20, 4 << 20},
+		{1 << 30, 8 << 20},
+		{1<<30 + 100<<20, 8 << 20},
+		{4 << 30, 32 << 20},
+		{1 << 40, 32 << 20},
+		{0, 32 << 20},
+	} {
+		fs := vfs.NewMem()
+		if c.disk > 0 {
+			fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: c.disk, AvailBytes: c.disk})
+		}
+		if got := memTableFor(fs, "/"); got != c.want {
+			t.Errorf("a disk of %d MiB gets memtables of %d MiB, want %d", c.disk>>20, got>>20, c.want>>20)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -20,8 +21,10 @@ import (
 
 var keyUsage = []byte("c/usage")
 
-// Usage is how many bytes of file data the tier holds: in all, and of
-// files with changes not yet exported (which eviction cannot touch).
+// Usage is how many bytes of file data the tier holds: in all, and in
+// unexported blocks, those with file-side changes not yet exported (which
+// eviction cannot touch; see tier.Stamp). It is the sum over the inodes
+// of Cached and Unexported.
 type Usage struct {
 	Total, Dirty int64
 }
@@ -45,11 +48,7 @@ func usageOf(in *Inode) Usage {
 	if !in.IsRegular() {
 		return Usage{}
 	}
-	u := Usage{Total: in.Cached}
-	if in.Dirty() {
-		u.Dirty = in.Cached
-	}
-	return u
+	return Usage{Total: in.Cached, Dirty: in.Unexported}
 }
 
 // addUsage adds d to the stored counters.
@@ -93,8 +92,11 @@ func (s *Store) Usage(ctx context.Context) (u Usage, err error) {
 
 // Limits bound what writes and fills may add to the tier; 0 means no bound.
 type Limits struct {
-	// Dirty bounds the bytes of files with unexported changes: a write
-	// past it fails with ENOSPC, since only an export can free them.
+	// Dirty bounds the bytes of unexported blocks (Usage.Dirty): a write
+	// that would take them past it fails with ENOSPC, since only an
+	// export can free them. A write counts what it makes unexported,
+	// block by block: the clean cached bytes of the file it changes do
+	// not count, as eviction may drop them.
 	Dirty int64
 	// Total bounds all cached bytes: a fill past it is refused (ENOSPC), and
 	// the read streams from the bucket instead.
@@ -147,25 +149,14 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		if appending {
 			off = in.Size
 		}
-		if lim.Dirty > 0 {
-			u, err := getUsage(tx)
-			if err != nil {
-				return err
-			}
-			grow := int64(len(p))
-			if !in.Dirty() {
-				grow += in.Cached // all of it becomes dirty
-			}
-			if u.Dirty+grow > lim.Dirty {
-				return fmt.Errorf("this write would take the tier's unexported data to %d bytes, past its capacity of %d: %w",
-					u.Dirty+grow, lim.Dirty, syscall.ENOSPC)
-			}
-		}
-		delta, err := tier.Write(tx, uint64(ino), p, off, in.Size)
+		delta, err := tier.Write(tx, uint64(ino), p, off, in.Size, in.stamp())
 		if err != nil {
 			return err
 		}
-		in.Cached += delta
+		if err := checkDirty(tx, &in, delta, lim, "write"); err != nil {
+			return err
+		}
+		in.hold(delta)
 		in.Size = max(in.Size, off+int64(len(p)))
 		in.Mtime, in.Ctime = now, now
 		in.Mode &^= syscall.S_ISUID
@@ -184,6 +175,29 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
 	}
 	return in, nil
+}
+
+// checkDirty refuses (ENOSPC) an edit of in that adds delta to the tier
+// when that takes the unexported bytes past lim.Dirty; the caller's
+// transaction then stores nothing of it. An edit that makes nothing more
+// unexported is never refused.
+func checkDirty(tx kv.Txn, in *Inode, delta tier.Bytes, lim Limits, what string) error {
+	grow := delta.Dirty
+	if in.Has(unstamped) {
+		grow = delta.Cached // all its bytes count (Inode.hold)
+	}
+	if lim.Dirty <= 0 || grow <= 0 {
+		return nil
+	}
+	u, err := getUsage(tx)
+	if err != nil {
+		return err
+	}
+	if u.Dirty+grow > lim.Dirty {
+		return fmt.Errorf("this %s would take the tier's unexported data to %d bytes, past its capacity of %d: %w",
+			what, u.Dirty+grow, lim.Dirty, syscall.ENOSPC)
+	}
+	return nil
 }
 
 // regularFile loads ino, which must be a regular file.
@@ -262,11 +276,16 @@ func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, of
 				return fmt.Errorf("the tier is full: %w", syscall.ENOSPC)
 			}
 		}
-		delta, err := tier.Fill(tx, uint64(ino), p, off, in.Backed)
-		if err != nil || delta == 0 {
+		delta, err := tier.Fill(tx, uint64(ino), p, off, in.Backed, in.stamp())
+		if err != nil || delta == (tier.Bytes{}) {
 			return err
 		}
-		in.Cached += delta
+		// Bytes filled into a block with local changes count as
+		// unexported, as the block does.
+		if err := checkDirty(tx, &in, delta, lim, "fill"); err != nil {
+			return err
+		}
+		in.hold(delta)
 		return putInode(tx, &in)
 	})
 	if err != nil {
@@ -291,11 +310,11 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 			return nil
 		}
 		if size < in.Size {
-			delta, err := tier.Cut(tx, uint64(ino), size, in.Cached)
+			delta, err := tier.Cut(tx, uint64(ino), size, in.held(), in.stamp())
 			if err != nil {
 				return err
 			}
-			in.Cached += delta
+			in.hold(delta)
 			in.Backed = min(in.Backed, size)
 		}
 		in.Size = size
@@ -322,11 +341,11 @@ func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error
 		if n <= 0 {
 			return nil
 		}
-		delta, err := tier.Punch(tx, uint64(ino), off, n, in.Backed)
+		delta, err := tier.Punch(tx, uint64(ino), off, n, in.Backed, in.stamp())
 		if err != nil {
 			return err
 		}
-		in.Cached += delta
+		in.hold(delta)
 		in.Mtime, in.Ctime = now, now
 		return s.markChanged(tx, &in, DataChange, s.now())
 	})
@@ -354,29 +373,56 @@ func (s *Store) Seek(ctx context.Context, ino Ino, off int64, data bool) (pos in
 	return pos, err
 }
 
-// EvictData drops the tier's copy of a clean file whose every byte the
-// bucket holds (its base object), and returns how many bytes it freed;
-// anything else (dirty, without a base, unlinked, not fully backed) is
-// left alone and frees 0.
+// EvictData drops the tier's copy of the bytes of a file that the bucket
+// holds (its base object), and returns how many bytes it freed: of a
+// clean file every block, of a file with unexported changes the blocks
+// without any (see tier.Stamp), whose bytes reads then take from the base
+// object. Anything else (unlinked, without a base of its own, blocks only
+// the tier holds) is left alone.
 func (s *Store) EvictData(ctx context.Context, ino Ino) (freed int64, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		freed = 0
 		in, err := s.getInode(tx, ino)
-		if err != nil || !evictable(&in) {
+		if err != nil {
 			return err
 		}
-		if err := tier.Drop(tx, uint64(ino)); err != nil {
-			return err
+		switch {
+		case evictable(&in):
+			if err := tier.Drop(tx, uint64(ino)); err != nil {
+				return err
+			}
+			freed = in.Cached
+			in.dropHeld()
+		case partlyEvictable(&in):
+			delta, err := tier.DropExported(tx, uint64(ino), in.Backed, in.stamp())
+			if err != nil {
+				return err
+			}
+			freed = -delta.Cached
+			in.hold(delta)
+		default:
+			return nil
 		}
-		freed, in.Cached = in.Cached, 0
 		return putInode(tx, &in)
 	})
 	return freed, err
 }
 
+// evictable tells whether every byte the tier holds of in may be dropped:
+// a clean file whose every byte its base object holds.
 func evictable(in *Inode) bool {
 	return in.IsRegular() && in.Cached > 0 && !in.Dirty() && in.Nlink > 0 &&
 		in.Base.Key != "" && in.Backed >= in.Size && len(in.Keys) > 0
+}
+
+// partlyEvictable tells whether the tier holds blocks of a dirty file that
+// hold only its base object's bytes, and the base is still the file's own:
+// an object of its names as last synced (a conflict that moves the file
+// to lost+found drops that record in the same transaction), so that the
+// bucket keeps it for the file while its changes wait for export.
+func partlyEvictable(in *Inode) bool {
+	return in.IsRegular() && in.Dirty() && !in.Has(unstamped) && in.Cached > in.Unexported && in.Nlink > 0 &&
+		in.Base.Key != "" && slices.Contains(in.Keys, in.Base)
 }
 
 // ReclaimData drops the data of a file with no name left: nothing can open
@@ -393,18 +439,19 @@ func (s *Store) ReclaimData(ctx context.Context, ino Ino) error {
 		if err := tier.Drop(tx, uint64(ino)); err != nil {
 			return err
 		}
-		in.Cached = 0
+		in.dropHeld()
 		return putInode(tx, &in)
 	})
 }
 
-// Cached is one file the tier holds bytes of that eviction may drop.
+// Cached is one file the tier holds bytes of that eviction may drop, and
+// how many.
 type Cached struct {
 	Ino   Ino
 	Bytes int64
 }
 
-// Evictable lists the files whose tier copy EvictData would drop now. It
+// Evictable lists the files of which EvictData would drop bytes now. It
 // reads every inode: call it only when the tier is over its capacity.
 func (s *Store) Evictable(ctx context.Context) (out []Cached, err error) {
 	prefix := []byte{pInode}
@@ -416,8 +463,11 @@ func (s *Store) Evictable(ctx context.Context) (out []Cached, err error) {
 				bad = err
 				return false
 			}
-			if evictable(&in) {
+			switch {
+			case evictable(&in):
 				out = append(out, Cached{Ino: in.Ino, Bytes: in.Cached})
+			case partlyEvictable(&in):
+				out = append(out, Cached{Ino: in.Ino, Bytes: in.Cached - in.Unexported})
 			}
 			return true
 		})

@@ -203,7 +203,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 				if err := tier.Drop(tx, uint64(in.Ino)); err != nil {
 					return err
 				}
-				in.Cached = 0
+				in.dropHeld()
 				in.Replaced++
 			}
 			in.Size = it.Obj.Size

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"bucketfs/internal/tier"
 )
 
 // Ino is an inode number. Numbers are allocated once and never reused.
@@ -80,6 +82,11 @@ type Inode struct {
 	Backed int64
 	// Cached is how many bytes of file data the tier's blocks store.
 	Cached int64
+	// Unexported is how many of Cached are in unexported blocks, those
+	// with a file-side change newer than ExportedGen (see tier.Stamp):
+	// what the tier's capacity for unexported data counts of this file.
+	// The rest are copies of Base's bytes, which eviction may drop.
+	Unexported int64
 	// Replaced counts the times an import replaced the file's content
 	// with another object version: a handle opened before keeps reading
 	// the version it opened (vfs), as an open of a file replaced by a
@@ -111,6 +118,36 @@ func (in *Inode) Dirty() bool { return in.Gen != in.ExportedGen }
 // AllLocal reports whether every byte of a regular file is in the tier, so
 // that no read needs the bucket.
 func (in *Inode) AllLocal() bool { return in.Backed == 0 }
+
+// unstamped marks a dirty file whose record predates Unexported: its
+// blocks carry no stamps, so all of them count as unexported (as every
+// byte of a dirty file did then), and none is evicted, until the export
+// that makes the file clean.
+const unstamped Flags = 1 << 9
+
+// stamp is what the tier needs to know of the inode for an edit: its
+// Exported generation, and the generation the change being made will
+// have (markChanged counts one more for it).
+func (in *Inode) stamp() tier.Stamp { return tier.Stamp{Exported: in.ExportedGen, Gen: in.Gen + 1} }
+
+// hold adds to Cached and Unexported what a tier edit changed.
+func (in *Inode) hold(d tier.Bytes) {
+	in.Cached += d.Cached
+	in.Unexported += d.Dirty
+	if in.Has(unstamped) {
+		in.Unexported = in.Cached
+	}
+}
+
+// held is what the tier holds of the inode.
+func (in *Inode) held() tier.Bytes { return tier.Bytes{Cached: in.Cached, Dirty: in.Unexported} }
+
+// dropHeld records that the tier holds nothing of the inode any more:
+// every block it stores from now on is stamped.
+func (in *Inode) dropHeld() {
+	in.Cached, in.Unexported = 0, 0
+	in.Flags &^= unstamped
+}
 
 // Has reports whether every flag in f is set.
 func (in *Inode) Has(f Flags) bool { return in.Flags&f == f }
@@ -150,6 +187,7 @@ func (in *Inode) encode(b []byte) []byte {
 	b = binary.AppendVarint(b, in.Backed)
 	b = binary.AppendVarint(b, in.Cached)
 	b = binary.AppendUvarint(b, in.Replaced)
+	b = binary.AppendVarint(b, in.Unexported)
 	return b
 }
 
@@ -251,6 +289,14 @@ func decodeInode(b []byte) (Inode, error) {
 	in.Backed = d.varint()
 	in.Cached = d.varint()
 	in.Replaced = d.uvarint()
+	if len(d.b) > 0 {
+		in.Unexported = d.varint()
+	} else if in.IsRegular() && in.Dirty() && in.Cached > 0 {
+		// A record from before Unexported, when a dirty file counted
+		// all its bytes as unexported: it goes on doing so.
+		in.Unexported = in.Cached
+		in.Flags |= unstamped
+	}
 	if d.err != nil {
 		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)
 	}

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"syscall"
 	"testing"
@@ -377,7 +378,7 @@ func TestImportedChildrenDoNotReplaceLocalNames(t *testing.T) {
 func TestInodeEncodingRoundTrips(t *testing.T) {
 	in := Inode{Ino: 7, Mode: syscall.S_IFLNK | 0o777, Uid: 1000, Gid: 100, Nlink: 1, Size: -1,
 		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Listed | DataDirty, Backed: 5, Cached: 4096,
-		Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
+		Unexported: 1000, Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
 		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/"}
 	out, err := decodeInode(in.encode(nil))
 	if err != nil {
@@ -385,12 +386,38 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 	}
 	if out.Target != in.Target || out.Size != in.Size || len(out.Keys) != 2 || out.Keys[1].ETag != "t" ||
 		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime ||
-		out.Backed != in.Backed || out.Cached != in.Cached {
+		out.Backed != in.Backed || out.Cached != in.Cached || out.Unexported != in.Unexported {
 		t.Fatalf("round trip: %+v", out)
 	}
+	// A record without Unexported is one from before it existed.
+	legacy := len(in.encode(nil)) - len(binary.AppendVarint(nil, in.Unexported))
 	for i := 0; i < len(in.encode(nil)); i++ {
-		if _, err := decodeInode(in.encode(nil)[:i]); err == nil {
+		if _, err := decodeInode(in.encode(nil)[:i]); err == nil && i != legacy {
 			t.Fatalf("truncated record of %d bytes decoded", i)
+		}
+	}
+}
+
+// A record from before unexported bytes were counted by block: a dirty
+// file counted all its cached bytes as unexported, and goes on doing so
+// until its export (the blocks carry no stamps to tell), so that the
+// tier's usage counters stay in step; a clean file counts none.
+func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
+	for _, dirty := range []bool{true, false} {
+		in := Inode{Ino: 8, Mode: syscall.S_IFREG | 0o644, Nlink: 1, Size: 8192, Gen: 3, ExportedGen: 3, Cached: 8192}
+		if dirty {
+			in.Gen = 4
+		}
+		enc := in.encode(nil)
+		out, err := decodeInode(enc[:len(enc)-len(binary.AppendVarint(nil, 0))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case dirty && (out.Unexported != in.Cached || !out.Has(unstamped)):
+			t.Errorf("an old record of a dirty file decodes with %d unexported bytes, flags %b", out.Unexported, out.Flags)
+		case !dirty && (out.Unexported != 0 || out.Has(unstamped)):
+			t.Errorf("an old record of a clean file decodes with %d unexported bytes, flags %b", out.Unexported, out.Flags)
 		}
 	}
 }

@@ -122,8 +122,10 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 			in.Flags &^= Defaulted
 		}
 		if in.Gen == gen {
+			// Every block is stamped gen or lower: none is unexported.
 			in.ExportedGen = gen
-			in.Flags &^= DataDirty
+			in.Flags &^= DataDirty | unstamped
+			in.Unexported = 0
 		}
 		if err := putInode(tx, &in); err != nil {
 			return err

@@ -32,6 +32,16 @@ const (
 	kindRanges
 )
 
+// stamped is set on the kind byte of a block that holds changes made on
+// the file side: the value then ends with the block's stamp (8 bytes,
+// little-endian), the inode's generation of the last such change (see
+// Stamp). A block without it (bytes fetched from the base object, or a
+// block stored before stamps existed) has stamp 0.
+const stamped byte = 0x80
+
+// stampLen is the length of the stamp that ends a stamped value.
+const stampLen = 8
+
 var errCorruptBlock = errors.New("tier: corrupt block")
 
 func blockPrefix(ino uint64) []byte {
@@ -53,6 +63,32 @@ type block struct {
 	// zeros: ext is one range from 0 whose bytes are all zero (kindZero).
 	// Set by settle once the block is changed, before it is encoded.
 	zeros bool
+	// stamp is the generation of the last file-side change of the block;
+	// 0 for a block that only holds bytes of the base object.
+	stamp uint64
+}
+
+// split returns the encoded block v without its stamp, its kind (without
+// the stamped bit) and its stamp. The body still starts with the kind
+// byte, so offsets into it are those of an unstamped value.
+func split(v []byte) (body []byte, kind byte, stamp uint64, err error) {
+	if len(v) == 0 {
+		return nil, 0, 0, errCorruptBlock
+	}
+	if v[0]&stamped == 0 {
+		return v, v[0], 0, nil
+	}
+	if len(v) < 1+stampLen {
+		return nil, 0, 0, errCorruptBlock
+	}
+	n := len(v) - stampLen
+	return v[:n], v[0] &^ stamped, binary.LittleEndian.Uint64(v[n:]), nil
+}
+
+// stampOf returns the stamp of the encoded block v.
+func stampOf(v []byte) (uint64, error) {
+	_, _, stamp, err := split(v)
+	return stamp, err
 }
 
 // settle works out, once, what encodedLen, encode and cost need to know
@@ -64,15 +100,18 @@ func (b *block) settle() {
 // reset makes b a block with nothing present.
 func (b *block) reset() {
 	b.ext = b.ext[:0]
+	b.stamp = 0
 }
 
 // decode loads v into b.
 func (b *block) decode(v []byte) error {
 	b.reset()
-	if len(v) == 0 {
-		return errCorruptBlock
+	v, kind, stamp, err := split(v)
+	if err != nil {
+		return err
 	}
-	switch v[0] {
+	b.stamp = stamp
+	switch kind {
 	case kindFull:
 		n := len(v) - 1
 		if n == 0 || n > BlockSize {
@@ -117,15 +156,21 @@ func (b *block) decode(v []byte) error {
 // encodedLen returns the length of b's encoding; 0 when nothing is present
 // (the block is to be deleted).
 func (b *block) encodedLen() int {
+	n := 0
 	switch {
 	case len(b.ext) == 0:
 		return 0
 	case b.zeros:
-		return 3
+		n = 3
 	case len(b.ext) == 1 && b.ext[0].Off == 0:
-		return 1 + int(b.ext[0].Len)
+		n = 1 + int(b.ext[0].Len)
+	default:
+		n = 3 + 4*len(b.ext) + int(b.ext.last())
 	}
-	return 3 + 4*len(b.ext) + int(b.ext.last())
+	if b.stamp != 0 {
+		n += stampLen
+	}
+	return n
 }
 
 // encode appends b's encoding to dst; nil when nothing is present (the
@@ -134,30 +179,41 @@ func (b *block) encode(dst []byte) []byte {
 	if len(b.ext) == 0 {
 		return nil
 	}
+	var flag byte
+	if b.stamp != 0 {
+		flag = stamped
+	}
 	if len(b.ext) == 1 && b.ext[0].Off == 0 {
 		n := b.ext[0].Len
 		if b.zeros {
-			return binary.LittleEndian.AppendUint16(append(dst, kindZero), uint16(n))
+			dst = binary.LittleEndian.AppendUint16(append(dst, kindZero|flag), uint16(n))
+		} else {
+			dst = append(append(dst, kindFull|flag), b.data[:n]...)
 		}
-		return append(append(dst, kindFull), b.data[:n]...)
+	} else {
+		dst = append(dst, kindRanges|flag)
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(b.ext)))
+		for _, r := range b.ext {
+			dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Off))
+			dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Len))
+		}
+		dst = append(dst, b.data[:b.ext.last()]...)
 	}
-	dst = append(dst, kindRanges)
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(b.ext)))
-	for _, r := range b.ext {
-		dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Off))
-		dst = binary.LittleEndian.AppendUint16(dst, uint16(r.Len))
+	if b.stamp != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, b.stamp)
 	}
-	return append(dst, b.data[:b.ext.last()]...)
+	return dst
 }
 
 // cost returns the bytes of file data the encoded block v stores: what it
 // counts for in the tier's usage. A block of zeros stores none, however
 // much of the file it covers.
 func cost(v []byte) (int64, error) {
-	if len(v) == 0 {
-		return 0, errCorruptBlock
+	v, kind, _, err := split(v)
+	if err != nil {
+		return 0, err
 	}
-	switch v[0] {
+	switch kind {
 	case kindFull:
 		return int64(len(v) - 1), nil
 	case kindZero:
@@ -197,10 +253,11 @@ func zeroLen(v []byte) (int64, error) {
 // eachRange calls fn for every present range of the encoded block v, in
 // order, with its offset in the block and its bytes (nil for zeros).
 func eachRange(v []byte, fn func(off int64, data []byte, n int64)) error {
-	if len(v) == 0 {
-		return errCorruptBlock
+	v, kind, _, err := split(v)
+	if err != nil {
+		return err
 	}
-	switch v[0] {
+	switch kind {
 	case kindFull:
 		fn(0, v[1:], int64(len(v)-1))
 	case kindZero:

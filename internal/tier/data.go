@@ -12,18 +12,64 @@ import (
 
 // Every function here runs inside the caller's transaction or view and
 // returns how many bytes of file data the blocks it changed store more
-// (negative: less) than before (see cost), so that the caller can keep
-// the inode's count of cached bytes in the same transaction.
+// (negative: less) than before (see cost), in all and in unexported
+// blocks, so that the caller can keep the inode's counts in the same
+// transaction.
 
-// Write stores p at off: the written bytes become present. size is the
-// file's size before the write: no block lies past it, so a write past the
-// end (an append, a new file) looks up no old block there.
-func Write(tx kv.Txn, ino uint64, p []byte, off, size int64) (delta int64, err error) {
+// Bytes counts bytes of file data the blocks of one inode store (or a
+// change of them): in all, and in unexported blocks, those with a
+// file-side change the bucket does not hold yet (see Stamp).
+type Bytes struct {
+	Cached, Dirty int64
+}
+
+// Add returns b plus d.
+func (b Bytes) Add(d Bytes) Bytes { return Bytes{b.Cached + d.Cached, b.Dirty + d.Dirty} }
+
+// Stamp tells the edits which blocks are unexported, and how to mark the
+// blocks a file-side change writes.
+//
+// Every block carries a stamp: the inode's generation (package meta's Gen)
+// of the last file-side change of its bytes, 0 if it holds only bytes
+// fetched from the base object. A block is unexported while its stamp is
+// above the inode's Exported generation: the export of that generation
+// uploaded every block stamped at or below it, so those hold exactly the
+// bytes of the inode's base object (the object that export made) and may
+// be dropped (DropExported) for the bucket to provide them again. An
+// unexported block holds bytes only the tier has. The tier's capacity for
+// unexported data counts the bytes of unexported blocks: a write costs
+// what it makes unexported, at a block's granularity, however large the
+// file's clean cached part.
+type Stamp struct {
+	// Exported is the generation of the inode's last complete export.
+	Exported uint64
+	// Gen is the generation a file-side change gives the blocks it
+	// writes: above Exported, so that they count as unexported until an
+	// export of Gen or later.
+	Gen uint64
+}
+
+// dirty reports whether a block stamped stamp is unexported.
+func (s Stamp) dirty(stamp uint64) bool { return stamp > s.Exported }
+
+// bytesOf is what a block that costs n bytes counts for.
+func (s Stamp) bytesOf(n int64, stamp uint64) Bytes {
+	if s.dirty(stamp) {
+		return Bytes{n, n}
+	}
+	return Bytes{Cached: n}
+}
+
+// Write stores p at off: the written bytes become present, and the blocks
+// they lie in are stamped st.Gen (unexported). size is the file's size
+// before the write: no block lies past it, so a write past the end (an
+// append, a new file) looks up no old block there.
+func Write(tx kv.Txn, ino uint64, p []byte, off, size int64, st Stamp) (delta Bytes, err error) {
 	if err := checkRange(off, int64(len(p))); err != nil {
-		return 0, fmt.Errorf("tier: write inode %d: %w", ino, err)
+		return Bytes{}, fmt.Errorf("tier: write inode %d: %w", ino, err)
 	}
 	exist := (max(size, 0) + BlockSize - 1) / BlockSize
-	return editExisting(tx, "write", ino, off, int64(len(p)), false, exist, func(b *block, lo, hi int64, abs int64) {
+	return editExisting(tx, "write", ino, off, int64(len(p)), false, exist, st, true, func(b *block, lo, hi int64, abs int64) {
 		copy(b.data[lo:hi], p[abs-off:])
 		b.ext.add(lo, hi-lo)
 	})
@@ -31,16 +77,19 @@ func Write(tx kv.Txn, ino uint64, p []byte, off, size int64) (delta int64, err e
 
 // Fill stores bytes fetched from the bucket's base object: p holds its
 // bytes at off. Only bytes below backed that are not present are stored;
-// present bytes may be newer local writes and stay as they are.
-func Fill(tx kv.Txn, ino uint64, p []byte, off, backed int64) (delta int64, err error) {
+// present bytes may be newer local writes and stay as they are. Blocks
+// keep their stamps: a new block is exported (it holds the base's bytes),
+// and bytes filled into an unexported block count as unexported, as the
+// block does.
+func Fill(tx kv.Txn, ino uint64, p []byte, off, backed int64, st Stamp) (delta Bytes, err error) {
 	if err := checkRange(off, int64(len(p))); err != nil {
-		return 0, fmt.Errorf("tier: fill inode %d: %w", ino, err)
+		return Bytes{}, fmt.Errorf("tier: fill inode %d: %w", ino, err)
 	}
 	hi := min(off+int64(len(p)), backed)
 	if hi <= off {
-		return 0, nil
+		return Bytes{}, nil
 	}
-	return edit(tx, "fill", ino, off, hi-off, true, func(b *block, lo, hi int64, abs int64) {
+	return edit(tx, "fill", ino, off, hi-off, true, st, false, func(b *block, lo, hi int64, abs int64) {
 		for _, g := range b.ext.missing(lo, hi-lo, nil) {
 			copy(b.data[g.Off:g.End()], p[abs-off+(g.Off-lo):])
 			b.ext.add(g.Off, g.Len)
@@ -50,72 +99,128 @@ func Fill(tx kv.Txn, ino uint64, p []byte, off, backed int64) (delta int64, err 
 
 // Punch makes [off, off+n) read as zeros: the part below backed becomes
 // present zeros (the base object's bytes there no longer count), the part
-// at or past backed holds nothing, which reads as zeros. The caller clips
-// the range to the file's size.
-func Punch(tx kv.Txn, ino uint64, off, n, backed int64) (delta int64, err error) {
+// at or past backed holds nothing, which reads as zeros. The blocks it
+// changes are stamped st.Gen. The caller clips the range to the file's
+// size.
+func Punch(tx kv.Txn, ino uint64, off, n, backed int64, st Stamp) (delta Bytes, err error) {
 	if err := checkRange(off, n); err != nil {
-		return 0, fmt.Errorf("tier: punch inode %d: %w", ino, err)
+		return Bytes{}, fmt.Errorf("tier: punch inode %d: %w", ino, err)
 	}
 	if mid := min(off+n, backed); mid > off {
-		d, err := edit(tx, "punch", ino, off, mid-off, false, func(b *block, lo, hi int64, _ int64) {
+		d, err := edit(tx, "punch", ino, off, mid-off, false, st, true, func(b *block, lo, hi int64, _ int64) {
 			clear(b.data[lo:hi])
 			b.ext.add(lo, hi-lo)
 		})
 		if err != nil {
 			return delta, err
 		}
-		delta += d
+		delta = delta.Add(d)
 	}
 	if lo := max(off, backed); off+n > lo {
-		d, err := edit(tx, "punch", ino, lo, off+n-lo, false, func(b *block, lo, hi int64, _ int64) {
+		d, err := edit(tx, "punch", ino, lo, off+n-lo, false, st, true, func(b *block, lo, hi int64, _ int64) {
 			b.ext.remove(lo, hi-lo)
 		})
 		if err != nil {
 			return delta, err
 		}
-		delta += d
+		delta = delta.Add(d)
 	}
 	return delta, nil
 }
 
-// Cut drops every byte at or past size (a truncate down). cached is what
-// the inode holds in all; cutting to 0 then needs no look at the blocks.
-func Cut(tx kv.Txn, ino uint64, size, cached int64) (delta int64, err error) {
+// Cut drops every byte at or past size (a truncate down); the blocks keep
+// their stamps, as what stays of them is unchanged. held is what the inode
+// holds in all; cutting to 0 then needs no look at the blocks.
+func Cut(tx kv.Txn, ino uint64, size int64, held Bytes, st Stamp) (delta Bytes, err error) {
 	if size < 0 {
-		return 0, fmt.Errorf("tier: cut inode %d: %w", ino, unix.EINVAL)
+		return Bytes{}, fmt.Errorf("tier: cut inode %d: %w", ino, unix.EINVAL)
 	}
 	if size == 0 {
-		return -cached, Drop(tx, ino)
+		return Bytes{-held.Cached, -held.Dirty}, Drop(tx, ino)
 	}
 	firstGone := (size + BlockSize - 1) / BlockSize
 	lower, upper := blockKey(ino, firstGone), kv.PrefixEnd(blockPrefix(ino))
 	var scanErr error
 	err = tx.Scan(lower, upper, func(k, v []byte) bool {
 		n, err := cost(v)
+		var stamp uint64
+		if err == nil {
+			stamp, err = stampOf(v)
+		}
 		if err != nil {
 			scanErr = blockErr("cut", ino, blockIndex(k), err)
 			return false
 		}
-		delta -= n
+		gone := st.bytesOf(n, stamp)
+		delta = delta.Add(Bytes{-gone.Cached, -gone.Dirty})
 		return true
 	})
 	if err == nil {
 		err = scanErr
 	}
 	if err != nil {
-		return 0, err
+		return Bytes{}, err
 	}
 	if err := tx.DeleteRange(lower, upper); err != nil {
-		return 0, err
+		return Bytes{}, err
 	}
 	if size%BlockSize != 0 {
-		d, err := edit(tx, "cut", ino, size, BlockSize-size%BlockSize, false, func(b *block, lo, hi int64, _ int64) {
+		d, err := edit(tx, "cut", ino, size, BlockSize-size%BlockSize, false, st, false, func(b *block, lo, hi int64, _ int64) {
 			b.ext.remove(lo, hi-lo)
 		})
 		if err != nil {
-			return 0, err
+			return Bytes{}, err
 		}
-		delta += d
+		delta = delta.Add(d)
+	}
+	return delta, nil
+}
+
+// DropExported deletes the blocks of ino that hold no unexported change
+// (stamped at or below st.Exported) and whose bytes all lie below backed:
+// they hold the base object's bytes, which reads take from the bucket once
+// the block is gone. It returns what that frees (Dirty is 0).
+func DropExported(tx kv.Txn, ino uint64, backed int64, st Stamp) (delta Bytes, err error) {
+	p := blockPrefix(ino)
+	var gone [][]byte
+	var scanErr error
+	err = tx.Scan(p, kv.PrefixEnd(p), func(k, v []byte) bool {
+		idx := blockIndex(k)
+		stamp, err := stampOf(v)
+		if err != nil {
+			scanErr = blockErr("drop", ino, idx, err)
+			return false
+		}
+		if st.dirty(stamp) {
+			return true
+		}
+		end := int64(0)
+		if err := eachRange(v, func(off int64, _ []byte, n int64) { end = max(end, off+n) }); err != nil {
+			scanErr = blockErr("drop", ino, idx, err)
+			return false
+		}
+		if idx*BlockSize+end > backed {
+			return true
+		}
+		n, err := cost(v)
+		if err != nil {
+			scanErr = blockErr("drop", ino, idx, err)
+			return false
+		}
+		delta.Cached -= n
+		gone = append(gone, append([]byte(nil), k...))
+		return true
+	})
+	if err == nil {
+		err = scanErr
+	}
+	if err != nil {
+		return Bytes{}, err
+	}
+	for _, k := range gone {
+		if err := tx.Delete(k); err != nil {
+			return Bytes{}, err
+		}
 	}
 	return delta, nil
 }
@@ -278,26 +383,29 @@ func ranges(r kv.Reader, op string, ino uint64, off, end int64, fn func(rg Range
 // gets the decoded block, the part [lo, hi) of it the edit covers
 // (relative to the block), and the absolute offset of lo. A block the edit
 // covers whole is handed over empty unless needOld is set: its old content
-// does not matter to a write. Blocks left with nothing present are deleted.
-func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool,
-	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
-	return editExisting(tx, op, ino, off, n, needOld, math.MaxInt64, change)
+// does not matter to a write. Blocks left with nothing present are
+// deleted. With restamp the blocks changed are stamped st.Gen, else they
+// keep their stamps.
+func edit(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool, st Stamp, restamp bool,
+	change func(b *block, lo, hi int64, abs int64)) (delta Bytes, err error) {
+	return editExisting(tx, op, ino, off, n, needOld, math.MaxInt64, st, restamp, change)
 }
 
 // editExisting is edit knowing that no block of index exist or more is
 // stored, so that it looks none of them up.
-func editExisting(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool, exist int64,
-	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
+func editExisting(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool, exist int64, st Stamp, restamp bool,
+	change func(b *block, lo, hi int64, abs int64)) (delta Bytes, err error) {
 	if n <= 0 {
-		return 0, nil
+		return Bytes{}, nil
 	}
 	// A window of blocks at a time, so that a huge range costs no memory
 	// in proportion to its length (only its batch does).
 	const window = 1024
 	first, last := off/BlockSize, (off+n-1)/BlockSize
-	for w := first; w <= last; w += window {
-		d, err := editWindow(tx, op, ino, off, n, w, min(w+window-1, last), needOld, exist, change)
-		delta += d
+	w := editWindow{tx: tx, op: op, ino: ino, off: off, n: n, needOld: needOld, exist: exist, st: st, restamp: restamp}
+	for lo := first; lo <= last; lo += window {
+		d, err := w.apply(lo, min(lo+window-1, last), change)
+		delta = delta.Add(d)
 		if err != nil {
 			return delta, err
 		}
@@ -305,62 +413,96 @@ func editExisting(tx kv.Txn, op string, ino uint64, off, n int64, needOld bool, 
 	return delta, nil
 }
 
-// editWindow is edit for the blocks first to last of [off, off+n).
-func editWindow(tx kv.Txn, op string, ino uint64, off, n, first, last int64, needOld bool, exist int64,
-	change func(b *block, lo, hi int64, abs int64)) (delta int64, err error) {
+// editWindow is one edit of [off, off+n), applied a window of blocks at
+// a time.
+type editWindow struct {
+	tx      kv.Txn
+	op      string
+	ino     uint64
+	off, n  int64
+	needOld bool
+	exist   int64
+	st      Stamp
+	restamp bool
+}
+
+// apply is the edit for the blocks first to last of [off, off+n).
+func (w *editWindow) apply(first, last int64, change func(b *block, lo, hi int64, abs int64)) (delta Bytes, err error) {
 	count := last - first + 1
 	olds := make([][]byte, count) // old values the edit needs
-	sizes := make([]int64, count) // what every old block costs
-	if first < exist {            // else no block of the window is stored
-		if err := scanOld(tx, op, ino, off, n, first, min(last+1, exist), needOld, olds, sizes); err != nil {
-			return 0, err
+	old := make([]oldBlock, count)
+	if first < w.exist { // else no block of the window is stored
+		if err := w.scanOld(first, min(last+1, w.exist), olds, old); err != nil {
+			return Bytes{}, err
 		}
 	}
 	var b block
 	for idx := first; idx <= last; idx++ {
+		i := idx - first
 		start := idx * BlockSize
-		lo, hi := max(off, start)-start, min(off+n, start+BlockSize)-start
-		if old := olds[idx-first]; old != nil {
-			if err := b.decode(old); err != nil {
-				return delta, blockErr(op, ino, idx, err)
+		lo, hi := max(w.off, start)-start, min(w.off+w.n, start+BlockSize)-start
+		if v := olds[i]; v != nil {
+			if err := b.decode(v); err != nil {
+				return delta, blockErr(w.op, w.ino, idx, err)
 			}
 		} else {
 			b.reset()
 		}
 		change(&b, lo, hi, start+lo)
 		b.settle()
-		key := blockKey(ino, idx)
+		b.stamp = old[i].stamp
+		if w.restamp {
+			b.stamp = w.st.Gen
+		}
+		key := blockKey(w.ino, idx)
 		if n := b.encodedLen(); n == 0 {
-			if sizes[idx-first] > 0 {
-				if err := tx.Delete(key); err != nil {
+			if old[i].stored {
+				if err := w.tx.Delete(key); err != nil {
 					return delta, err
 				}
 			}
-		} else if err := tx.SetWith(key, n, func(v []byte) { b.encode(v[:0]) }); err != nil {
+		} else if err := w.tx.SetWith(key, n, func(v []byte) { b.encode(v[:0]) }); err != nil {
 			return delta, err
 		}
-		delta += b.cost() - sizes[idx-first]
+		now := Bytes{}
+		if len(b.ext) > 0 {
+			now = w.st.bytesOf(b.cost(), b.stamp)
+		}
+		delta = delta.Add(Bytes{now.Cached - old[i].was.Cached, now.Dirty - old[i].was.Dirty})
 	}
 	return delta, nil
 }
 
-// scanOld reads the blocks [first, end) for edit: what each costs, and the
+// oldBlock is what an edit knows of a block before it: whether it is
+// stored, what it counts for and its stamp.
+type oldBlock struct {
+	stored bool
+	was    Bytes
+	stamp  uint64
+}
+
+// scanOld reads the blocks [first, end) for apply: what each is, and the
 // old value of those the edit needs (all with needOld, else those it
 // covers only in part).
-func scanOld(tx kv.Txn, op string, ino uint64, off, n, first, end int64, needOld bool, olds [][]byte, sizes []int64) error {
+func (w *editWindow) scanOld(first, end int64, olds [][]byte, old []oldBlock) error {
 	var bad error
-	err := tx.Scan(blockKey(ino, first), blockKey(ino, end), func(k, v []byte) bool {
+	err := w.tx.Scan(blockKey(w.ino, first), blockKey(w.ino, end), func(k, v []byte) bool {
 		idx := blockIndex(k)
 		c, err := cost(v)
+		var stamp uint64
+		if err == nil {
+			stamp, err = stampOf(v)
+		}
 		if err != nil {
-			bad = blockErr(op, ino, idx, err)
+			bad = blockErr(w.op, w.ino, idx, err)
 			return false
 		}
-		sizes[idx-first] = c
+		i := idx - first
+		old[i] = oldBlock{stored: true, was: w.st.bytesOf(c, stamp), stamp: stamp}
 		start := idx * BlockSize
-		whole := off <= start && start+BlockSize <= off+n
-		if needOld || !whole {
-			olds[idx-first] = append([]byte(nil), v...)
+		whole := w.off <= start && start+BlockSize <= w.off+w.n
+		if w.needOld || !whole {
+			olds[i] = append([]byte(nil), v...)
 		}
 		return true
 	})

@@ -23,12 +23,19 @@ func openKV(t testing.TB) kv.Store {
 }
 
 // model is what one file must read as: its content, the base object it was
-// imported from, and Backed.
+// imported from (or last exported as), and Backed.
 type model struct {
 	want   []byte
 	base   []byte
 	backed int64
-	cached int64 // the sum of the deltas the functions returned
+	held   Bytes // the sum of the deltas the functions returned
+	st     Stamp // Gen: the generation of the last change
+}
+
+// change is the Stamp of the next file-side change.
+func (m *model) change() Stamp {
+	m.st.Gen++
+	return m.st
 }
 
 // readAll reads the whole file through Read, taking missing ranges from
@@ -55,9 +62,10 @@ func readAll(t *testing.T, db kv.Store, ino uint64, m *model) []byte {
 	return p
 }
 
-// stored sums what the blocks of ino store (their cost), and checks that
-// no block holds a byte at or past size.
-func stored(t *testing.T, db kv.Store, ino uint64, size int64) (n int64) {
+// stored sums what the blocks of ino store (their cost), in all and in
+// blocks stamped above exported, and checks that no block holds a byte at
+// or past size.
+func stored(t *testing.T, db kv.Store, ino uint64, size int64, exported uint64) (n Bytes) {
 	t.Helper()
 	err := db.View(context.Background(), func(r kv.Reader) error {
 		if err := ranges(r, "test", ino, 0, 1<<62, func(rg Range, _ []byte) {
@@ -73,7 +81,14 @@ func stored(t *testing.T, db kv.Store, ino uint64, size int64) (n int64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n += c
+			stamp, err := stampOf(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Cached += c
+			if stamp > exported {
+				n.Dirty += c
+			}
 			return true
 		})
 	})
@@ -84,11 +99,11 @@ func stored(t *testing.T, db kv.Store, ino uint64, size int64) (n int64) {
 }
 
 // TestRandomEditsReadBackTheModelAndCountWhatTheyStore applies random
-// writes, fills, punches and truncates to a file imported from a base
-// object, and checks after every step the rules the package keeps: a read
-// (missing ranges taken from the base) returns exactly the file's content,
-// the deltas sum to what the blocks hold, and no block holds bytes past
-// the size.
+// writes, fills, punches, truncates, exports and drops of exported blocks
+// to a file imported from a base object, and checks after every step the
+// rules the package keeps: a read (missing ranges taken from the base)
+// returns exactly the file's content, the deltas sum to what the blocks
+// hold, in all and unexported, and no block holds bytes past the size.
 func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -104,11 +119,11 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 		}
 		for step := 0; step < 60; step++ {
 			size := int64(len(m.want))
-			var delta int64
+			var delta Bytes
 			var op string
 			err := db.Update(context.Background(), func(tx kv.Txn) error {
 				var err error
-				switch rng.IntN(5) {
+				switch rng.IntN(7) {
 				case 0, 1:
 					off := rng.Int64N(size + 2*BlockSize)
 					p := make([]byte, rng.IntN(3*BlockSize)+1)
@@ -116,7 +131,7 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 						p[i] = byte(rng.IntN(256))
 					}
 					op = "write"
-					delta, err = Write(tx, ino, p, off, size)
+					delta, err = Write(tx, ino, p, off, size, m.change())
 					if end := off + int64(len(p)); end > size {
 						m.want = append(m.want, make([]byte, end-size)...)
 					}
@@ -128,13 +143,13 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 					off := rng.Int64N(size)
 					n := min(rng.Int64N(2*BlockSize)+1, size-off)
 					op = "punch"
-					delta, err = Punch(tx, ino, off, n, m.backed)
+					delta, err = Punch(tx, ino, off, n, m.backed, m.change())
 					clear(m.want[off : off+n])
 				case 3:
 					ns := rng.Int64N(size + BlockSize + 1)
 					op = "truncate"
 					if ns < size {
-						delta, err = Cut(tx, ino, ns, m.cached)
+						delta, err = Cut(tx, ino, ns, m.held, m.change())
 						m.want = m.want[:ns]
 						m.backed = min(m.backed, ns)
 					} else {
@@ -147,19 +162,32 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 					off := rng.Int64N(m.backed)
 					n := min(rng.Int64N(2*BlockSize)+1, int64(len(m.base))-off)
 					op = "fill"
-					delta, err = Fill(tx, ino, m.base[off:off+n], off, m.backed)
+					delta, err = Fill(tx, ino, m.base[off:off+n], off, m.backed, m.st)
+				case 5:
+					// An export of the file as it is: the bucket holds
+					// it all, and no block is unexported.
+					op = "export"
+					m.base, m.backed = bytes.Clone(m.want), size
+					m.st.Exported = m.st.Gen
+					delta = Bytes{Dirty: -m.held.Dirty}
+				case 6:
+					op = "drop exported"
+					delta, err = DropExported(tx, ino, m.backed, m.st)
+					if delta.Dirty != 0 {
+						t.Fatalf("seed %d step %d: dropping exported blocks changes the unexported bytes by %d", seed, step, delta.Dirty)
+					}
 				}
 				return err
 			})
 			if err != nil {
 				t.Fatalf("seed %d step %d %s: %v", seed, step, op, err)
 			}
-			m.cached += delta
+			m.held = m.held.Add(delta)
 			if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
 				t.Fatalf("seed %d step %d after %s: the file reads differently from its model", seed, step, op)
 			}
-			if n := stored(t, db, ino, int64(len(m.want))); n != m.cached {
-				t.Fatalf("seed %d step %d after %s: blocks hold %d bytes, the deltas say %d", seed, step, op, n, m.cached)
+			if n := stored(t, db, ino, int64(len(m.want)), m.st.Exported); n != m.held {
+				t.Fatalf("seed %d step %d after %s: blocks hold %+v bytes, the deltas say %+v", seed, step, op, n, m.held)
 			}
 		}
 	}
@@ -170,7 +198,7 @@ func TestSeekFindsWrittenDataAndHolesPastBacked(t *testing.T) {
 	const ino = 7
 	// A local file: data at [8192, 8292), hole elsewhere, size 20000.
 	err := db.Update(context.Background(), func(tx kv.Txn) error {
-		_, err := Write(tx, ino, bytes.Repeat([]byte{1}, 100), 2*BlockSize, 0)
+		_, err := Write(tx, ino, bytes.Repeat([]byte{1}, 100), 2*BlockSize, 0, Stamp{Gen: 1})
 		return err
 	})
 	if err != nil {
@@ -197,7 +225,7 @@ func TestSeekFindsWrittenDataAndHolesPastBacked(t *testing.T) {
 func TestACorruptBlockIsAnErrorNotWrongBytes(t *testing.T) {
 	db := openKV(t)
 	const ino = 9
-	for _, v := range [][]byte{{}, {kindZero, 0}, {kindRanges, 1, 0}, {9, 1, 2}} {
+	for _, v := range [][]byte{{}, {kindZero, 0}, {kindRanges, 1, 0}, {9, 1, 2}, {kindFull | stamped, 1, 2}} {
 		err := db.Update(context.Background(), func(tx kv.Txn) error { return tx.Set(blockKey(ino, 0), v) })
 		if err != nil {
 			t.Fatal(err)
@@ -222,24 +250,24 @@ func TestAPunchCostsNothingAndLongEditsReadBack(t *testing.T) {
 	base := bytes.Repeat([]byte{7}, size)
 	m := &model{want: bytes.Clone(base), base: base, backed: size}
 	err := db.Update(context.Background(), func(tx kv.Txn) error {
-		d, err := Punch(tx, ino, 4096, 5<<20, size)
-		m.cached += d
+		d, err := Punch(tx, ino, 4096, 5<<20, size, m.change())
+		m.held = m.held.Add(d)
 		clear(m.want[4096 : 4096+5<<20])
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.cached != 0 {
-		t.Fatalf("a 5 MiB punch costs %d bytes", m.cached)
+	if m.held != (Bytes{}) {
+		t.Fatalf("a 5 MiB punch costs %+v bytes", m.held)
 	}
 	if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
 		t.Fatal("the punched file reads wrong")
 	}
 	p := bytes.Repeat([]byte{9}, 5<<20+100)
 	err = db.Update(context.Background(), func(tx kv.Txn) error {
-		d, err := Write(tx, ino, p, 1000, size)
-		m.cached += d
+		d, err := Write(tx, ino, p, 1000, size, m.change())
+		m.held = m.held.Add(d)
 		copy(m.want[1000:], p)
 		return err
 	})
@@ -249,7 +277,7 @@ func TestAPunchCostsNothingAndLongEditsReadBack(t *testing.T) {
 	if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
 		t.Fatal("a 5 MiB write reads back wrong")
 	}
-	if n := stored(t, db, ino, size); n != m.cached {
-		t.Fatalf("blocks hold %d bytes, the deltas say %d", n, m.cached)
+	if n := stored(t, db, ino, size, m.st.Exported); n != m.held {
+		t.Fatalf("blocks hold %+v bytes, the deltas say %+v", n, m.held)
 	}
 }

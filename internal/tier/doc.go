@@ -12,7 +12,11 @@
 // zero (at or past Backed: a hole or a local extension). Hence a file made on
 // the file side (Backed 0) needs no block for its holes, an object imported
 // from the bucket (Backed = its size) needs none until it is read or written,
-// and a write into a large imported file stores only what it writes.
+// and a write into a large imported file stores only what it writes. Each
+// block is stamped with the generation of its last file-side change
+// (Stamp), which tells the blocks the bucket does not hold yet (what the
+// tier's capacity for unexported data counts) from those it does (which
+// eviction may drop).
 //
 // The functions here work inside a caller's kv transaction (kv.Txn) or view
 // (kv.Reader); package meta calls them in the same transaction that changes
@@ -40,4 +44,9 @@
 //     block holds are the file's content: every local change below Backed
 //     writes blocks (Write, Punch) or lowers Backed (Cut).
 //   - A block is never stored empty: a block with no present byte is deleted.
+//   - A block stamped at or below the inode's exported generation holds only
+//     bytes of the base object, all below Backed: only Write and Punch
+//     change bytes, and they stamp the blocks they change above it; Fill
+//     and Cut keep stamps; an export raises the exported generation only
+//     when its object holds every block as it is (package meta, Synced).
 package tier

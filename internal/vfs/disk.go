@@ -15,6 +15,8 @@ import (
 // write is refused with ENOSPC while the disk has less than the reserve
 // free, and the room left is there for exports, deletes and compactions,
 // which free space. The free space is looked up at most every 100 ms.
+// The store's own preallocated files are sized to the disk (package kv,
+// memTableFor), so that on a small disk they do not take the reserve.
 type diskCheck struct {
 	mu      sync.Mutex
 	checked time.Time
