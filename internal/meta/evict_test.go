@@ -16,7 +16,7 @@ func cachedImport(t *testing.T, s *Store) Inode {
 	t.Helper()
 	ctx := context.Background()
 	obj := Object{Key: "f", ETag: "e1", VersionID: "v1", Size: 3 * tier.BlockSize}
-	if _, err := s.AddImported(ctx, RootIno, []Imported{{Name: "f", Mode: syscall.S_IFREG | 0o644, Obj: obj}}, true); err != nil {
+	if _, _, err := s.AddImported(ctx, Observation{}, RootIno, []Imported{{Name: "f", Mode: syscall.S_IFREG | 0o644, Obj: obj}}, true); err != nil {
 		t.Fatal(err)
 	}
 	in, err := s.Lookup(ctx, RootIno, "f")

@@ -105,6 +105,26 @@ func mountNFS(t *testing.T, port, dir string, s mountSpec) {
 		t.Fatalf("mount -t nfs4 -o %s %s:/ %s: %v", strings.Join(opts, ","), serverAddr, dir, err)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	// The kernel says what it mounted: the version asked for, not one it
+	// fell back to, with the options given.
+	mounts, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[1] != dir {
+			continue
+		}
+		got := "," + f[3] + ","
+		for _, o := range append([]string{"vers=" + s.vers}, s.opts...) {
+			if !strings.Contains(got, ","+o+",") && !strings.Contains(got, ","+o+"=") {
+				t.Errorf("%s is mounted with %s, not %s", dir, f[3], o)
+			}
+		}
+		return
+	}
+	t.Fatalf("%s is not in /proc/mounts", dir)
 }
 
 func unmountNFS(t *testing.T, dir string) {
