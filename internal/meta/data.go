@@ -138,8 +138,9 @@ func Continues(off, n int64) bool {
 
 // WriteData writes p at off (at the end of the file when appending) and
 // records the change, in one transaction. now is the new mtime and ctime.
-// It returns the inode as written.
-func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits) (in Inode, err error) {
+// fn, if set, changes other fields in the same transaction (the mode: a
+// write may clear set-id bits, see vfs). It returns the inode as written.
+func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
@@ -159,7 +160,9 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		in.hold(delta)
 		in.Size = max(in.Size, off+int64(len(p)))
 		in.Mtime, in.Ctime = now, now
-		in.Mode &^= syscall.S_ISUID
+		if fn != nil {
+			fn(&in)
+		}
 		due := s.now().Add(s.exportDelay)
 		if Continues(off, int64(len(p))) {
 			// Most likely a piece of a larger write(2) that the kernel

@@ -35,7 +35,7 @@ func BenchmarkSequentialWrite(b *testing.B) {
 		}
 		b.StartTimer()
 		for off := int64(0); off < total; off += chunk {
-			if _, err := s.WriteData(ctx, in.Ino, p, off, false, 0, Limits{}); err != nil {
+			if _, err := s.WriteData(ctx, in.Ino, p, off, false, 0, Limits{}, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -524,21 +524,21 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 	piece := make([]byte, WritePiece)
 	// The first piece of a write(2) at offset 100: up to the next piece
 	// boundary of pages.
-	if _, err := s.WriteData(ctx, f.Ino, piece[:WritePiece-100], 100, false, 0, Limits{}); err != nil {
+	if _, err := s.WriteData(ctx, f.Ino, piece[:WritePiece-100], 100, false, 0, Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := dueAt(), now.Add(delay+PieceGrace); !got.Equal(want) {
 		t.Fatalf("after a first piece, due %v, want %v", got, want)
 	}
 	now = now.Add(100 * time.Millisecond)
-	if _, err := s.WriteData(ctx, f.Ino, piece, WritePiece, false, 0, Limits{}); err != nil {
+	if _, err := s.WriteData(ctx, f.Ino, piece, WritePiece, false, 0, Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := dueAt(), now.Add(delay+PieceGrace); !got.Equal(want) {
 		t.Fatalf("after a middle piece, due %v, want %v", got, want)
 	}
 	now = now.Add(100 * time.Millisecond)
-	if _, err := s.WriteData(ctx, f.Ino, piece[:5000], 2*WritePiece, false, 0, Limits{}); err != nil {
+	if _, err := s.WriteData(ctx, f.Ino, piece[:5000], 2*WritePiece, false, 0, Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := dueAt(), now.Add(delay); !got.Equal(want) {
@@ -548,7 +548,7 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 	// or a piece's length not ending on a page boundary.
 	for _, w := range []struct{ off, n int64 }{{0, 4096}, {0, WritePiece - 4096}, {100, WritePiece}, {4096, WritePiece - 100}} {
 		now = now.Add(time.Second)
-		if _, err := s.WriteData(ctx, f.Ino, piece[:w.n], w.off, false, 0, Limits{}); err != nil {
+		if _, err := s.WriteData(ctx, f.Ino, piece[:w.n], w.off, false, 0, Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := dueAt(), now.Add(delay); !got.Equal(want) {

@@ -64,7 +64,7 @@ func newFile(t testing.TB, m *meta.Store, name string, body []byte) meta.Inode {
 		t.Fatal(err)
 	}
 	if body != nil {
-		if in, err = m.WriteData(ctx, in.Ino, body, 0, false, 0, meta.Limits{}); err != nil {
+		if in, err = m.WriteData(ctx, in.Ino, body, 0, false, 0, meta.Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

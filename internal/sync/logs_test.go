@@ -23,7 +23,7 @@ func TestAnExportAnImportAndAConflictEachLogTheirLineWithTheKey(t *testing.T) {
 	// An export: what was uploaded, its version, its size, and how long
 	// after the change.
 	f := newFile(t, m, "f", nil)
-	if _, err := m.WriteData(ctx, f.Ino, []byte("hello"), 0, false, time.Now().UnixNano(), meta.Limits{}); err != nil {
+	if _, err := m.WriteData(ctx, f.Ino, []byte("hello"), 0, false, time.Now().UnixNano(), meta.Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Flush(ctx); err != nil {
@@ -65,7 +65,7 @@ func TestAnExportAnImportAndAConflictEachLogTheirLineWithTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.WriteData(ctx, in.Ino, []byte("file side"), 0, false, 0, meta.Limits{}); err != nil {
+	if _, err := m.WriteData(ctx, in.Ino, []byte("file side"), 0, false, 0, meta.Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	body := []byte("bucket side")

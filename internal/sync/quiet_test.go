@@ -31,7 +31,7 @@ func TestAnExportSkipsAFileChangedSinceTheQueueWasRead(t *testing.T) {
 		t.Fatalf("queue: %v, %v", due, err)
 	}
 	// A write arrives in two requests; the export runs between them.
-	if _, err := m.WriteData(ctx, in.Ino, []byte("first half "), 0, false, 0, meta.Limits{}); err != nil {
+	if _, err := m.WriteData(ctx, in.Ino, []byte("first half "), 0, false, 0, meta.Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.reconcile(ctx, due[0]); err != nil {
@@ -40,7 +40,7 @@ func TestAnExportSkipsAFileChangedSinceTheQueueWasRead(t *testing.T) {
 	if _, err := b.Head(ctx, "f", ""); !errors.Is(err, bucket.ErrNotFound) {
 		t.Fatalf("an export between the two requests of one write: head = %v, want not found", err)
 	}
-	if _, err := m.WriteData(ctx, in.Ino, []byte("second half"), 11, false, 0, meta.Limits{}); err != nil {
+	if _, err := m.WriteData(ctx, in.Ino, []byte("second half"), 11, false, 0, meta.Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Flush(ctx); err != nil {

@@ -131,7 +131,7 @@ func TestARestoredOlderVersionIsImportedThoughItCarriesOurOriginTag(t *testing.T
 		if _, err := m.ResizeData(ctx, in.Ino, 0, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.WriteData(ctx, in.Ino, []byte(body), 0, false, 0, meta.Limits{}); err != nil {
+		if _, err := m.WriteData(ctx, in.Ino, []byte(body), 0, false, 0, meta.Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Flush(ctx); err != nil {
@@ -332,7 +332,7 @@ func TestAnExportCutShortRecordsWhatItWrote(t *testing.T) {
 	if _, err := st.bucket.Put(ctx, "b", bytes.NewReader([]byte("bucket")), 6, bucket.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.WriteData(ctx, f.Ino, []byte("v2"), 0, false, 0, meta.Limits{}); err != nil {
+	if _, err := m.WriteData(ctx, f.Ino, []byte("v2"), 0, false, 0, meta.Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Link(ctx, f.Ino, meta.RootIno, "a", nil); err != nil {

@@ -50,7 +50,9 @@ type Handle struct {
 // Ino returns the inode the handle is open on.
 func (h *Handle) Ino() Ino { return h.ino }
 
-// Open opens ino with open(2) flags, checking permissions.
+// Open opens ino with open(2) flags, checking permissions. With
+// ClearSetID among the flags, an O_TRUNC clears the file's set-id bits as
+// a truncate by c does (setid.go).
 func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle, error) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		if err := fs.writable(); err != nil {
@@ -94,14 +96,14 @@ func (fs *FS) Open(ctx context.Context, c Cred, ino Ino, flags uint32) (*Handle,
 			return nil, fmt.Errorf("inode %d was deleted in the bucket: %w", ino, syscall.ENOENT)
 		}
 		if in.Base != before {
-			h, err := fs.open(ctx, &in, flags)
+			h, err := fs.open(ctx, c, &in, flags)
 			if h != nil {
 				h.replaced = true
 			}
 			return h, err
 		}
 	}
-	return fs.open(ctx, &in, flags)
+	return fs.open(ctx, c, &in, flags)
 }
 
 // KeepCache reports whether what a client cached of the file's data before
@@ -189,11 +191,11 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 		return Attr{}, nil, err
 	}
 	// The creator may write the file it made whatever mode it gave it.
-	h, err := fs.open(ctx, &in, flags&^syscall.O_TRUNC)
+	h, err := fs.open(ctx, c, &in, flags&^syscall.O_TRUNC)
 	return in, h, err
 }
 
-func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, error) {
+func (fs *FS) open(ctx context.Context, c Cred, in *meta.Inode, flags uint32) (*Handle, error) {
 	acc := flags & syscall.O_ACCMODE
 	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced, pieceEnd: -1,
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
@@ -204,7 +206,7 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 	fs.opens[in.Ino]++
 	fs.mu.Unlock()
 	if in.IsRegular() {
-		if err := fs.prepare(ctx, in, h); err != nil {
+		if err := fs.prepare(ctx, c, in, h); err != nil {
 			h.Release(ctx)
 			return nil, err
 		}
@@ -212,11 +214,17 @@ func (fs *FS) open(ctx context.Context, in *meta.Inode, flags uint32) (*Handle, 
 	return h, nil
 }
 
-// prepare readies a new handle of a regular file: truncated for O_TRUNC,
-// and a small imported file copied into the tier.
-func (fs *FS) prepare(ctx context.Context, in *meta.Inode, h *Handle) error {
+// prepare readies a new handle of a regular file opened by c: truncated
+// for O_TRUNC (set-id bits cleared too with ClearSetID), and a small
+// imported file copied into the tier.
+func (fs *FS) prepare(ctx context.Context, c Cred, in *meta.Inode, h *Handle) error {
 	if h.flags&syscall.O_TRUNC != 0 && h.writable {
-		return fs.truncate(ctx, in.Ino, 0)
+		var clear *Cred
+		if h.flags&ClearSetID != 0 {
+			clear = &c
+		}
+		_, err := fs.truncate(ctx, in.Ino, 0, clear)
+		return err
 	}
 	if in.AllLocal() || in.Size >= fs.cfg.ImportThreshold {
 		return nil
@@ -455,10 +463,18 @@ func (s objectSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 // several, as the kernel splits a large write(2) into requests anyway.
 const maxWrite = meta.WritePiece
 
-// Write writes p at off (at the end of file for O_APPEND handles). Each
-// piece of at most maxWrite bytes lands in the tier in the same
-// transaction as its record in the namespace.
+// Write writes p at off (at the end of file for O_APPEND handles) as a
+// writer with CAP_FSETID, which leaves set-id bits alone (setid.go; see
+// WriteClearingSetID for anyone else). Each piece of at most maxWrite
+// bytes lands in the tier in the same transaction as its record in the
+// namespace.
 func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
+	return h.write(ctx, p, off, nil)
+}
+
+// write is Write with fn applied to the inode in the transaction of the
+// first piece.
+func (h *Handle) write(ctx context.Context, p []byte, off int64, fn func(in *meta.Inode)) (int, error) {
 	if err := h.fs.writable(); err != nil {
 		return 0, err
 	}
@@ -478,14 +494,14 @@ func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
 	var last meta.Inode
 	for done < len(p) {
 		n := min(len(p)-done, maxWrite)
-		in, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits)
+		in, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits, fn)
 		if err != nil {
 			if done > 0 {
 				return done, nil // a short write; the next one meets the error
 			}
 			return 0, err
 		}
-		last = in
+		last, fn = in, nil
 		done += n
 		fs.counters.written.Add(int64(n))
 	}

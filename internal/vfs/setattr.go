@@ -17,11 +17,12 @@ const (
 	SetMtime // to Mtime
 	SetAtimeNow
 	SetMtimeNow
-	// DropSetID clears the set-uid bit, and the set-gid bit where group
-	// execute is set: what a write or truncate by someone without
-	// CAP_FSETID does to a file on Linux. The kernel asks for it (FUSE's
-	// HANDLE_KILLPRIV_V2) after checking that the caller may write the
-	// file, so it needs no ownership.
+	// DropSetID: the caller lacks CAP_FSETID, so a size change clears
+	// the file's set-id bits (setid.go), in the same transaction; alone,
+	// the request clears them for a write or an O_TRUNC open that the
+	// kernel reports (FUSE's HANDLE_KILLPRIV_V2), after checking that the
+	// caller may write the file, so it needs no ownership. A chown has its
+	// own rule and ignores it.
 	DropSetID
 )
 
@@ -62,17 +63,23 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 				return Attr{}, err
 			}
 		}
-		if err := fs.truncate(ctx, ino, req.Size); err != nil {
+		var clear *Cred
+		if req.Valid&DropSetID != 0 {
+			clear = &c
+		}
+		if in, err = fs.truncate(ctx, ino, req.Size, clear); err != nil {
 			return Attr{}, err
 		}
-		if req.Valid == SetSize {
-			return fs.meta.Get(ctx, ino)
+		if req.Valid&^(SetSize|DropSetID) == 0 {
+			return in, nil
 		}
+		req.Valid &^= SetSize | DropSetID
 	}
-	if req.Valid&DropSetID != 0 && req.Valid&^(SetSize|DropSetID) == 0 {
-		// Only the kernel's kill of privileges is left: most files have
-		// no set-id bits, and then nothing changes.
-		if in, err := fs.meta.Get(ctx, ino); err != nil || in.Mode == withoutSetID(in.Mode) {
+	chown := req.Valid&(SetUid|SetGid) != 0
+	if req.Valid == DropSetID {
+		// The kernel's clearing of set-id bits alone, for a write or an
+		// O_TRUNC open: most files have none, and then nothing changes.
+		if in, err := fs.meta.Get(ctx, ino); err != nil || !hasSetID(&in) {
 			return in, err
 		}
 	}
@@ -80,8 +87,7 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 	return fs.meta.Update(ctx, ino, func(in *meta.Inode) (meta.Change, error) {
 		change := meta.NoChange
 		owner := c.Uid == 0 || c.Uid == in.Uid
-		if req.Valid&DropSetID != 0 && in.Mode != withoutSetID(in.Mode) {
-			in.Mode = withoutSetID(in.Mode)
+		if req.Valid&DropSetID != 0 && !chown && clearSetID(in, c) {
 			change = meta.AttrChange
 		}
 		if req.Valid&SetMode != 0 {
@@ -106,10 +112,7 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 			if c.Uid != 0 && (uid != in.Uid || !owner || gid != in.Gid && !c.inGroup(gid)) {
 				return 0, syscall.EPERM
 			}
-			if uid != in.Uid || gid != in.Gid {
-				// A change of owner drops set-id bits, as on Linux.
-				in.Mode = withoutSetID(in.Mode)
-			}
+			clearSetIDOnChown(in, c)
 			in.Uid, in.Gid = uid, gid
 			change = meta.AttrChange
 		}
@@ -144,35 +147,16 @@ func (fs *FS) SetAttr(ctx context.Context, c Cred, ino Ino, req SetAttrIn) (Attr
 	})
 }
 
-// withoutSetID is mode after a write or truncate by someone without
-// CAP_FSETID: no set-uid bit, and no set-gid bit where group execute is
-// set (set-gid without it marks mandatory locking and stays). Directories
-// keep theirs.
-func withoutSetID(mode uint32) uint32 {
-	if mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return mode
-	}
-	mode &^= syscall.S_ISUID
-	if mode&0o010 != 0 {
-		mode &^= syscall.S_ISGID
-	}
-	return mode
-}
-
-// DropSetID is SetAttr with DropSetID alone, for a write or an open with
-// O_TRUNC by someone without CAP_FSETID.
-func (fs *FS) DropSetID(ctx context.Context, c Cred, ino Ino) error {
-	_, err := fs.SetAttr(ctx, c, ino, SetAttrIn{Valid: DropSetID})
-	return err
-}
-
 // truncate sets the size of a regular file, its bytes and its record in
-// one transaction.
-func (fs *FS) truncate(ctx context.Context, ino Ino, size int64) error {
+// one transaction; with clear set, that transaction also clears the
+// file's set-id bits as a truncate by *clear, who lacks CAP_FSETID, does
+// (setid.go).
+func (fs *FS) truncate(ctx context.Context, ino Ino, size int64, clear *Cred) (meta.Inode, error) {
 	now := fs.now()
-	_, err := fs.meta.ResizeData(ctx, ino, size, false, func(in *meta.Inode) {
+	return fs.meta.ResizeData(ctx, ino, size, false, func(in *meta.Inode) {
 		in.Mtime, in.Ctime = now, now
-		in.Mode &^= syscall.S_ISUID
+		if clear != nil {
+			clearSetID(in, *clear)
+		}
 	})
-	return err
 }

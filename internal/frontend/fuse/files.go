@@ -29,7 +29,13 @@ func (s *server) file(fh uint64) *vfs.Handle {
 func (s *server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	ctx, done := uninterrupted()
 	defer done()
-	a, h, err := s.fs.Create(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), name, in.Mode&^in.Umask, in.Flags)
+	flags := in.Flags
+	if in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 {
+		// O_TRUNC without O_EXCL by someone without CAP_FSETID: if the
+		// file exists, its truncate clears its set-id bits.
+		flags |= vfs.ClearSetID
+	}
+	a, h, err := s.fs.Create(ctx, s.cred(&in.InHeader), s.ino(in.NodeId), name, in.Mode&^in.Umask, flags)
 	if err != nil {
 		return status(err)
 	}
@@ -54,20 +60,19 @@ func (s *server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if s.deletedInBucket(ctx, ino) {
 		return fuse.Status(syscall.ESTALE)
 	}
-	h, err := s.fs.Open(ctx, s.cred(&in.InHeader), ino, in.Flags)
+	flags := in.Flags
+	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
+		// An O_TRUNC by someone without CAP_FSETID, when the kernel hands
+		// the truncate to the open (it does not: we leave ATOMIC_O_TRUNC
+		// off, so it sends a setattr with FATTR_KILL_SUIDGID instead).
+		flags |= vfs.ClearSetID
+	}
+	h, err := s.fs.Open(ctx, s.cred(&in.InHeader), ino, flags)
 	if errors.Is(err, syscall.ENOENT) && s.deletedInBucket(ctx, ino) {
 		return fuse.Status(syscall.ESTALE)
 	}
 	if err != nil {
 		return status(err)
-	}
-	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
-		// An O_TRUNC by someone without CAP_FSETID, when the kernel
-		// hands the truncate to the open.
-		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), ino); err != nil {
-			h.Release(ctx)
-			return status(err)
-		}
 	}
 	if h.KeepCache() {
 		// The kernel keeps its pages of the file across opens; imports of
@@ -134,12 +139,21 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	}
 	ctx, done := uninterrupted()
 	defer done()
-	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
-		if err := s.fs.DropSetID(ctx, s.cred(&in.InHeader), s.ino(in.NodeId)); err != nil {
-			return 0, status(err)
-		}
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
+		n, err := h.Write(ctx, data, int64(in.Offset))
+		return uint32(n), status(err)
 	}
-	n, err := h.Write(ctx, data, int64(in.Offset))
+	// The writer lacks CAP_FSETID (vfs/setid.go).
+	n, cleared, err := h.WriteClearingSetID(ctx, s.cred(&in.InHeader), data, int64(in.Offset))
+	if cleared {
+		// The kernel drops only its cached size and times after a write,
+		// so a stat asking for the mode alone (stat -c %a) would show the
+		// set-id bits until the attributes time out. Invalidating its
+		// attributes before the write returns (without its pages: they
+		// hold what was just written) makes the next stat ask us. This
+		// takes no lock the writer holds.
+		s.srv.InodeNotify(in.NodeId, -1, 0)
+	}
 	return uint32(n), status(err)
 }
 

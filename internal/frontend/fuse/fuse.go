@@ -108,9 +108,11 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		EnableLocks:   true,
 		// The kernel leaves the clearing of set-id bits on a write or
 		// truncate by someone without CAP_FSETID to us, flagging those
-		// requests (vfs.DropSetID). Without it the kernel would clear
-		// them with a chmod only the owner may make, and ask for
-		// security.capability before every write.
+		// requests (WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID,
+		// OPEN_KILL_SUIDGID), and sends no flag for a caller with it,
+		// who keeps the bits: the rule in vfs/setid.go. Without it the
+		// kernel would clear them with a chmod only the owner may make,
+		// and ask for security.capability before every write.
 		ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		// Reads return byte slices; splicing them through a pipe only adds
 		// a copy (and a 1 MiB reply does not fit a default pipe).

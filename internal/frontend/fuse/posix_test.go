@@ -1288,8 +1288,9 @@ func TestANameLongerThan255BytesIsTooLong(t *testing.T) {
 // TestAWriteByAnotherUserClearsSetIDBits: someone who may write a set-uid
 // or set-gid file but does not own it writes, truncates or opens it with
 // O_TRUNC: the call succeeds and clears the set-uid bit, and the set-gid
-// bit where group execute is set (without it, set-gid marks mandatory
-// locking and stays), as Linux does on a local disk (issue 11). An
+// bit where group execute is set or the writer is not in the file's group
+// (in it, set-gid without group execute marks mandatory locking and
+// stays), as Linux since 6.2 does on a local disk (issues 11 and 21). An
 // explicit chmod by them stays refused.
 func TestAWriteByAnotherUserClearsSetIDBits(t *testing.T) {
 	e := newEnv(t)
@@ -1312,15 +1313,20 @@ func TestAWriteByAnotherUserClearsSetIDBits(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		script   string
+		gid      int
 		from, to uint32
 		size     int64
 	}{
-		{`printf x >> "$1"`, 0o6777, 0o777, 5},
-		{`truncate -s 2 "$1"`, 0o4777, 0o777, 2},
-		{`: > "$1"`, 0o6777, 0o777, 0},
-		{`printf x >> "$1"`, 0o2666, 0o2666, 5}, // set-gid without group execute stays
+		{`printf x >> "$1"`, 0, 0o6777, 0o777, 5},
+		{`truncate -s 2 "$1"`, 0, 0o4777, 0o777, 2},
+		{`: > "$1"`, 0, 0o6777, 0o777, 0},
+		{`printf x >> "$1"`, nobody, 0o2666, 0o2666, 5}, // set-gid without group execute stays in the writer's group
+		{`printf x >> "$1"`, 0, 0o2666, 0o666, 5},       // and goes outside it
 	} {
 		writeFile(t, f, []byte("data"))
+		if err := os.Chown(f, 0, tc.gid); err != nil {
+			t.Fatal(err)
+		}
 		if err := syscall.Chmod(f, tc.from); err != nil {
 			t.Fatal(err)
 		}

@@ -243,6 +243,9 @@ func (q *request) setattr(a *nfsv4.Setattr4args) nfsv4.Setattr4res {
 			defer io.done()
 			sa.in.Handle = io.h
 		}
+		if !q.fsetid() {
+			sa.in.Valid |= vfs.DropSetID
+		}
 	}
 	if _, err := q.s.fs.SetAttr(q.ctx, q.cred, q.cur, sa.in); err != nil {
 		return fail(statusOf(err))

@@ -53,7 +53,7 @@ func (q *request) write(a *nfsv4.Write4args) nfsv4.Write4res {
 		return fail(st)
 	}
 	defer io.done()
-	n, err := io.h.Write(q.ctx, a.Data, int64(a.Offset))
+	n, err := q.writeAt(io.h, a.Data, int64(a.Offset))
 	if err != nil {
 		return fail(statusOf(err))
 	}
@@ -66,6 +66,25 @@ func (q *request) write(a *nfsv4.Write4args) nfsv4.Write4res {
 	}
 	return &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{Count: uint32(n), Committed: committed,
 		Writeverf: q.s.writeVerf}}
+}
+
+// fsetid reports whether the request runs with CAP_FSETID, which keeps a
+// file's set-id bits across its writes and truncates (vfs/setid.go). As
+// knfsd gives it: to a request whose uid is 0 after root squash (or whose
+// access point is configured with uid 0), and to no other.
+func (q *request) fsetid() bool { return q.cred.Uid == 0 }
+
+// writeAt writes p at off through h as the request's caller, clearing the
+// file's set-id bits unless the caller has CAP_FSETID. A client sees the
+// new mode by the change attribute, which the write moves anyway (the
+// Linux client also drops its cached mode itself after a write to a
+// set-id file).
+func (q *request) writeAt(h *vfs.Handle, p []byte, off int64) (int, error) {
+	if q.fsetid() {
+		return h.Write(q.ctx, p, off)
+	}
+	n, _, err := h.WriteClearingSetID(q.ctx, q.cred, p, off)
+	return n, err
 }
 
 // commit makes the current file's data durable. Any handle on the inode
@@ -206,7 +225,7 @@ func (q *request) copy(a *nfsv4.Copy4args) nfsv4.Copy4res {
 		if n == 0 {
 			break
 		}
-		if _, err := dst.h.Write(q.ctx, p[:n], int64(a.CaDstOffset+done)); err != nil {
+		if _, err := q.writeAt(dst.h, p[:n], int64(a.CaDstOffset+done)); err != nil {
 			return fail(statusOf(err))
 		}
 		done += uint64(n)

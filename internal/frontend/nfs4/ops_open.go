@@ -237,6 +237,9 @@ func (q *request) openCreate(name string, access uint32, how nfsv4.Createhow4) (
 	truncate := sa.in.Valid&vfs.SetSize != 0 && sa.in.Size == 0
 	if truncate {
 		flags |= syscall.O_TRUNC
+		if !q.fsetid() {
+			flags |= vfs.ClearSetID
+		}
 	}
 	_, lookErr := q.s.fs.Lookup(q.ctx, q.cred, q.cur, name)
 	existed := lookErr == nil
