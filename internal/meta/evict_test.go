@@ -58,7 +58,7 @@ func TestTheExportedBlocksOfAChangedFileAreEvicted(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	ctx := context.Background()
 	in := cachedImport(t, s)
-	if _, err := s.WriteData(ctx, in.Ino, []byte("changed"), 10, false, 1, Limits{}); err != nil {
+	if _, err := s.WriteData(ctx, in.Ino, []byte("changed"), 10, false, 1, Limits{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if u, _ := s.Usage(ctx); u != (Usage{Total: 3 * tier.BlockSize, Dirty: tier.BlockSize}) {
@@ -119,7 +119,7 @@ func TestAChangedFileWithoutItsOwnBaseOrStampsKeepsItsBlocks(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			ctx := context.Background()
 			in := cachedImport(t, s)
-			if _, err := s.WriteData(ctx, in.Ino, []byte("changed"), 10, false, 1, Limits{}); err != nil {
+			if _, err := s.WriteData(ctx, in.Ino, []byte("changed"), 10, false, 1, Limits{}, nil); err != nil {
 				t.Fatal(err)
 			}
 			c.change(t, s, in)

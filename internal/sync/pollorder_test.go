@@ -74,7 +74,7 @@ func (h *heldEnv) makeDir(t *testing.T, name string, n int) meta.Inode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.m.WriteData(ctx, in.Ino, []byte(name), 0, false, 0, meta.Limits{}); err != nil {
+		if _, err := h.m.WriteData(ctx, in.Ino, []byte(name), 0, false, 0, meta.Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
