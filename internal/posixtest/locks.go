@@ -17,12 +17,15 @@ import (
 // FlockLocksConflictBetweenOpenFileDescriptions: flock locks of two opens
 // of one file share when both are shared and exclude otherwise, a lock
 // upgrades when no one else holds one, and a blocked LOCK_EX is granted
-// when the holder closes its file.
+// when the holder closes its file. The files are open for writing: the
+// Linux NFS client makes flock a whole-file fcntl lock on the server, and
+// refuses (EBADF) an exclusive one on a descriptor open for reading only,
+// as it refuses F_WRLCK there.
 func FlockLocksConflictBetweenOpenFileDescriptions(t testing.TB, dir string) {
 	p := filepath.Join(dir, "lockfile")
 	writeFile(t, p, []byte("x"))
-	f1 := openFile(t, p, os.O_RDONLY, 0)
-	f2 := openFile(t, p, os.O_RDONLY, 0)
+	f1 := openFile(t, p, os.O_RDWR, 0)
+	f2 := openFile(t, p, os.O_RDWR, 0)
 	fd1, fd2 := int(f1.Fd()), int(f2.Fd())
 
 	if err := unix.Flock(fd1, unix.LOCK_SH); err != nil {
@@ -54,7 +57,7 @@ func FlockLocksConflictBetweenOpenFileDescriptions(t testing.TB, dir string) {
 		t.Fatal("blocking LOCK_EX not granted after the holder closed its file")
 	}
 	// Now a third open file description is the one shut out.
-	f3 := openFile(t, p, os.O_RDONLY, 0)
+	f3 := openFile(t, p, os.O_RDWR, 0)
 	wantErrno(t, "LOCK_SH while another holds LOCK_EX", unix.Flock(int(f3.Fd()), unix.LOCK_SH|unix.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
