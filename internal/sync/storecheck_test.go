@@ -30,14 +30,15 @@ func clientAt(t *testing.T, srv *s3local.Server, name, endpoint string) *bucket.
 }
 
 // racingEnv is newSyncEnv with the exporter's client behind a proxy that
-// does to the first conditional write of key what MinIO did when a PUT
+// does to the first write of key with the condition header (If-None-Match
+// or If-Match) what MinIO did when a PUT
 // with If-None-Match: * raced an unconditional PUT of the same key:
 // another client's PUT of key lands just before the conditional write (or,
 // with after, just after it, before its response goes back), and the
 // store gets the conditional write without its condition, so that it
 // acknowledges both. theirs is filled in with the other client's write
 // once it has landed.
-func racingEnv(t *testing.T, key string, after bool, cfg ExporterConfig) (m *meta.Store, im *Importer, e *Exporter, direct *bucket.Client, theirs *bucket.ObjectInfo) {
+func racingEnv(t *testing.T, key, condition string, after bool, cfg ExporterConfig) (m *meta.Store, im *Importer, e *Exporter, direct *bucket.Client, theirs *bucket.ObjectInfo) {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
 	direct = clientAt(t, srv, name, srv.Endpoint)
@@ -52,8 +53,7 @@ func racingEnv(t *testing.T, key string, after bool, cfg ExporterConfig) (m *met
 	}
 	var raced atomic.Bool
 	proxy := s3test.NewProxy(t, srv, func(p *s3test.Proxy, w http.ResponseWriter, r *http.Request) bool {
-		conditional := r.Header.Get("If-None-Match") != "" || r.Header.Get("If-Match") != ""
-		if s3test.ObjectKey(r) != "fs/"+key || !conditional || !raced.CompareAndSwap(false, true) {
+		if s3test.ObjectKey(r) != "fs/"+key || r.Header.Get(condition) == "" || !raced.CompareAndSwap(false, true) {
 			return false
 		}
 		if !after {
@@ -101,27 +101,58 @@ func racingEnv(t *testing.T, key string, after bool, cfg ExporterConfig) (m *met
 // 412, whichever of the two the store put first: the bucket's version is
 // current, the file-side version goes to lost+found, nothing is lost.
 func TestAnExportTheStoreAcknowledgedBesideAnotherWriteIsAConflict(t *testing.T) {
+	ctx := context.Background()
 	small := []byte("the file side's version")
 	large := bytes.Repeat([]byte("the file side's large version "), (6<<20)/30)
+	// Each export makes the file side's version (ours) and sends the
+	// conditional write the proxy races at key.
+	newF := func(body []byte) func(*testing.T, *meta.Store, *Exporter) []byte {
+		return func(t *testing.T, m *meta.Store, e *Exporter) []byte {
+			newFile(t, m, "f", body)
+			return body
+		}
+	}
+	overwrite := func(t *testing.T, m *meta.Store, e *Exporter) []byte {
+		in := newFile(t, m, "f", []byte("exported first"))
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.WriteData(ctx, in.Ino, small, 0, false, 0, meta.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		return small
+	}
+	link := func(t *testing.T, m *meta.Store, e *Exporter) []byte {
+		in := newFile(t, m, "f", small)
+		if _, err := m.Link(ctx, in.Ino, meta.RootIno, "g", nil); err != nil {
+			t.Fatal(err)
+		}
+		return small
+	}
 	for _, tc := range []struct {
-		name  string
-		body  []byte
-		after bool
+		name           string
+		key, condition string
+		export         func(*testing.T, *meta.Store, *Exporter) []byte
 	}{
-		{"a PUT, the other write landing just before it", small, false},
-		{"a PUT, the other write landing just after it", small, true},
-		{"a multipart upload, the other write landing just before its completion", large, false},
-		{"a multipart upload, the other write landing just after its completion", large, true},
+		{"a new file's PUT", "f", "If-None-Match", newF(small)},
+		{"a new file's multipart upload", "f", "If-None-Match", newF(large)},
+		{"an overwrite's PUT", "f", "If-Match", overwrite},
+		{"the copy to a hard link's second name", "g", "If-None-Match", link},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, _, e, direct, theirs := racingEnv(t, "f", tc.after, ExporterConfig{PartSize: 5 << 20})
-			ctx := context.Background()
-			newFile(t, m, "f", tc.body)
-			if err := e.Flush(ctx); err != nil {
-				t.Logf("flush: %v", err) // the conflict may fail it; the state below is what counts
+		for _, after := range []bool{false, true} {
+			name := tc.name + ", the other write landing just before it"
+			if after {
+				name = tc.name + ", the other write landing just after it"
 			}
-			bucketWins(t, m, e, direct, "f", theirs, tc.body)
-		})
+			t.Run(name, func(t *testing.T) {
+				m, _, e, direct, theirs := racingEnv(t, tc.key, tc.condition, after, ExporterConfig{PartSize: 5 << 20})
+				ours := tc.export(t, m, e)
+				if err := e.Flush(ctx); err != nil {
+					t.Logf("flush: %v", err) // the conflict may fail it; the state below is what counts
+				}
+				bucketWins(t, m, e, direct, tc.key, theirs, ours)
+			})
+		}
 	}
 }
 
