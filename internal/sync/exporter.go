@@ -597,8 +597,15 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 		return nil
 	}
 	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version_id", cur.VersionID)
-	if err := e.bucket.Delete(ctx, key); err != nil {
+	// Like any delete of what was seen, it never hides a write that lands
+	// after the look (and writes no marker for it where the store honours
+	// conditional deletes): that write is the bucket's, for the importer.
+	kept, err := e.bucket.DeleteCurrent(ctx, key, cur)
+	if err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	if kept {
+		e.revalidateLater([]string{key})
 	}
 	return nil
 }
