@@ -164,3 +164,62 @@ func TestOnlyAWSS3IsTrustedWithConditionalWritesByDefault(t *testing.T) {
 		}
 	}
 }
+
+// Issue 21, corner 7, at the client: where the store honours If-Match on
+// DELETE (versitygw does), DeleteCurrent of a key that changed since the
+// look is refused without writing a delete marker; a newer version with
+// the very same bytes (the same ETag) is still never hidden; and a key
+// the bucket deleted meanwhile is no change to keep.
+func TestDeleteCurrentWritesNoMarkerForAKeyThatChangedWhereTheStoreHonoursIfMatch(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, "")
+	ctx := context.Background()
+	if _, err := c.ProbeConditionalWrites(ctx, ".probe"); err != nil {
+		t.Fatal(err)
+	}
+	if !c.ConditionalDeletes() {
+		t.Fatal("the probe found that the embedded store ignores If-Match on DELETE")
+	}
+	// A marker written and taken back leaves no trace in the versions;
+	// the store's events tell.
+	events := s3test.Events(t, c.Name())
+	removals := func(key string) (n int) {
+		for _, ev := range events.All() {
+			if ev.Key == key && strings.Contains(ev.Name, "ObjectRemoved") {
+				n++
+			}
+		}
+		return n
+	}
+	seen := put(t, c, "changed", []byte("v1"), PutOptions{})
+	newer := put(t, c, "changed", []byte("v2"), PutOptions{})
+	if kept, err := c.DeleteCurrent(ctx, "changed", seen); err != nil || !kept {
+		t.Fatalf("DeleteCurrent over a newer version: kept %v, %v", kept, err)
+	}
+	if h, err := c.Head(ctx, "changed", ""); err != nil || h.VersionID != newer.VersionID {
+		t.Fatalf("after DeleteCurrent the newer version is not current: %+v, %v", h, err)
+	}
+	if n := removals("changed"); n != 0 {
+		t.Errorf("the store reported %d removals of a key that changed: a delete marker was written", n)
+	}
+
+	seen = put(t, c, "same", []byte("v1"), PutOptions{})
+	newer = put(t, c, "same", []byte("v1"), PutOptions{})
+	if kept, err := c.DeleteCurrent(ctx, "same", seen); err != nil || !kept {
+		t.Fatalf("DeleteCurrent over a newer version with the same bytes: kept %v, %v", kept, err)
+	}
+	if h, err := c.Head(ctx, "same", ""); err != nil || h.VersionID != newer.VersionID {
+		t.Fatalf("after DeleteCurrent the newer version with the same bytes is not current: %+v, %v", h, err)
+	}
+
+	seen = put(t, c, "gone", []byte("v1"), PutOptions{})
+	if err := c.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := c.DeleteCurrent(ctx, "gone", seen); err != nil || kept {
+		t.Fatalf("DeleteCurrent of a key the bucket deleted meanwhile: kept %v, %v", kept, err)
+	}
+	if _, err := c.Head(ctx, "gone", ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after DeleteCurrent: %v, want not found", err)
+	}
+}
