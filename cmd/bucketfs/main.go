@@ -140,7 +140,7 @@ type options struct {
 	tlsCert, tlsKey                                 string
 	uid, gid                                        ownerID
 	fileMode, dirMode                               fileMode
-	readOnly                                        bool
+	readOnly, trustConditional                      bool
 }
 
 func defaultStateDir() string {
@@ -177,6 +177,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Var(&o.fileMode, "file-mode", "permissions (octal) of files whose object carries no mode")
 	fs.Var(&o.dirMode, "dir-mode", "permissions (octal) of directories from key prefixes, and of a new file system's root")
 	fs.BoolVar(&o.readOnly, "read-only", false, "refuse every change (EROFS) and export nothing, not even what an earlier run left pending; bucket-side changes still show")
+	fs.BoolVar(&o.trustConditional, "trust-conditional-writes", false, "take the store's 2xx to a conditional write as proof, without confirming it from the key's versions (AWS S3 is trusted always; others, MinIO among them, have acknowledged a conditional write beside another write of the key)")
 }
 
 // certificate loads --tls-cert and --tls-key; nil when neither is given.
@@ -207,7 +208,7 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 		ImportThreshold: int64(o.importThreshold), DirectReadSize: int64(o.directRead),
 		TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
 		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
-		MetricsListen: o.metricsListen, ReadOnly: o.readOnly,
+		MetricsListen: o.metricsListen, ReadOnly: o.readOnly, TrustConditionalWrites: o.trustConditional,
 		Defaults: &meta.Defaults{Uid: uint32(o.uid), Gid: uint32(o.gid), FileMode: uint32(o.fileMode), DirMode: uint32(o.dirMode)}}
 	cert, err := o.certificate()
 	if err != nil {

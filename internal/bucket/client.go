@@ -69,6 +69,13 @@ type Config struct {
 	// ReadOnly makes every write (put, copy, delete, multipart upload and
 	// its abort) fail with ErrReadOnly before it reaches the store.
 	ReadOnly bool
+	// TrustConditionalWrites takes a conditional write's 2xx as proof
+	// that its condition held, on any store. By default only AWS S3 is
+	// trusted so (see confirmWrite): other stores have acknowledged a
+	// conditional write beside another write of the key (MinIO, under a
+	// race), and each of their conditional writes is confirmed from the
+	// key's version list, at the cost of one listing request.
+	TrustConditionalWrites bool
 }
 
 // Client reads and writes objects in one bucket under one prefix. It is safe
@@ -85,6 +92,12 @@ type Client struct {
 	stats       counters
 	// headBeforeWrite is set when the store ignores conditional writes.
 	headBeforeWrite atomic.Bool
+	// confirmWrites says that conditional writes are confirmed from the
+	// key's version list (see confirmWrite); fixed at New.
+	confirmWrites bool
+	// conditionalDeletes is set when the store honours If-Match on
+	// DeleteObject (ProbeConditionalWrites finds out).
+	conditionalDeletes atomic.Bool
 
 	transportMu sync.Mutex
 	transports  []*http.Transport // built for this client, closed by Close
@@ -175,6 +188,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 		o.UsePathStyle = pathStyle
+		// The endpoint as resolved from the configuration and the
+		// environment (AWS_ENDPOINT_URL_S3 too); "" for AWS S3's own.
+		c.confirmWrites = !cfg.TrustConditionalWrites && !isAWS(aws.ToString(o.BaseEndpoint))
 	})
 	return c, nil
 }

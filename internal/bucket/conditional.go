@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
@@ -16,7 +17,8 @@ import (
 // caller never imports) twice. A store that accepts the second write
 // ignores conditions: the client then falls back to comparing a HEAD before
 // each conditional write (a small race window the store leaves open), and
-// the caller should say so once in its log.
+// the caller should say so once in its log. It also finds out whether the
+// store honours If-Match on DeleteObject (ConditionalDeletes).
 func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (supported bool, err error) {
 	if err := c.refuseWrite("probe conditional writes under", probeDir); err != nil {
 		return false, err
@@ -25,15 +27,17 @@ func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (s
 	rand.Read(id[:])
 	key := probeDir + "/conditional-probe-" + hex.EncodeToString(id[:])
 	opt := PutOptions{IfNoneMatch: true}
-	first, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	first, err := c.put(ctx, key, bytes.NewReader(nil), 0, opt)
 	if err != nil {
 		return false, fmt.Errorf("probe conditional writes: %w", err)
 	}
-	second, err := c.Put(ctx, key, bytes.NewReader(nil), 0, opt)
+	// The store's own answer counts here, not a confirmation of it.
+	second, err := c.put(ctx, key, bytes.NewReader(nil), 0, opt)
+	marker := c.probeConditionalDeletes(ctx, key)
 	// The probe leaves nothing behind: its versions are removed for good,
 	// not hidden under a delete marker, which some stores (MinIO,
 	// versitygw) would go on listing as a prefix probeDir/.
-	defer c.removeVersions(context.WithoutCancel(ctx), key, first.VersionID, second.VersionID)
+	defer c.removeVersions(context.WithoutCancel(ctx), key, first.VersionID, second.VersionID, marker)
 	switch {
 	case errors.Is(err, ErrPrecondition):
 		return true, nil
@@ -43,6 +47,29 @@ func (c *Client) ProbeConditionalWrites(ctx context.Context, probeDir string) (s
 	}
 	return false, fmt.Errorf("probe conditional writes: %w", err)
 }
+
+// probeConditionalDeletes finds out whether the store honours If-Match on
+// DeleteObject: a delete of key (the probe object) conditional on an ETag
+// it does not have must be refused. AWS S3 and versitygw refuse it; a
+// store that ignores the condition deletes, and its delete marker's
+// version id is returned for the probe to remove.
+func (c *Client) probeConditionalDeletes(ctx context.Context, key string) (marker string) {
+	op := c.startOp(ctx)
+	defer op.done()
+	out, err := c.s3.DeleteObject(op.ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key),
+		IfMatch: aws.String(`"00000000000000000000000000000000"`)})
+	switch {
+	case err == nil:
+		return aws.ToString(out.VersionId)
+	case errors.Is(c.fail(op, "probe conditional deletes on", key, err), ErrPrecondition):
+		c.conditionalDeletes.Store(true)
+	}
+	return ""
+}
+
+// ConditionalDeletes tells whether the store honours If-Match on
+// DeleteObject, as ProbeConditionalWrites found; DeleteCurrent uses it.
+func (c *Client) ConditionalDeletes() bool { return c.conditionalDeletes.Load() }
 
 // checkCondition emulates opt's conditions with a HEAD, for stores that
 // ignore them.

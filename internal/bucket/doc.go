@@ -19,6 +19,14 @@
 // upload id before any part is sent, to record it durably, and
 // AbortUpload aborts a recorded upload at the next start.
 //
+// Only AWS S3 is trusted to evaluate a condition atomically with the
+// write. On any other store (unless Config.TrustConditionalWrites) each
+// conditional write is confirmed from the key's version list afterwards:
+// another version next to the new one makes it ErrInterleaved, and the
+// other version is left current (confirm.go). Deletes of what the caller
+// saw (DeleteCurrent) are conditional on its ETag where the store honours
+// that, and never hide a newer version either way.
+//
 // # Errors
 //
 // Errors name the operation and the object (s3://bucket/prefix/key) and wrap
@@ -31,6 +39,9 @@
 //     operation's bound (Config.OpTimeout), or after Config.MaxAttempts
 //     attempts when a cap is set: connection errors, 5xx, SlowDown and
 //     other throttling.
+//   - ErrInterleaved: a conditional write the store acknowledged had
+//     another write of the key land next to it (an ErrPrecondition too;
+//     see below).
 //   - ErrNotVersioned: CheckVersioning found versioning off or suspended.
 //
 // A cancelled caller context yields an error wrapping context.Canceled (or

@@ -21,6 +21,11 @@ var (
 	ErrUnavailable  = errors.New("store unavailable")
 	ErrNotVersioned = errors.New("bucket versioning is not enabled")
 	ErrReadOnly     = errors.New("the file system is read-only")
+	// ErrInterleaved is the error of a conditional write the store
+	// acknowledged while another write of the key landed next to it (see
+	// confirmWrite). It is an ErrPrecondition: the condition did not hold
+	// for the write as the store ordered it.
+	ErrInterleaved = fmt.Errorf("another write of the key landed next to this conditional one: %w", ErrPrecondition)
 )
 
 // refuseWrite fails with ErrReadOnly when the client is read-only (see

@@ -151,30 +151,40 @@ func (c *Client) ListVersions(ctx context.Context, dirPrefix, keyMarker, version
 		l.NextKeyMarker = c.rel(dec(out.NextKeyMarker))
 	}
 	for _, v := range out.Versions {
-		l.Versions = append(l.Versions, Version{
-			ObjectInfo: ObjectInfo{
-				Key:          c.rel(dec(v.Key)),
-				Size:         aws.ToInt64(v.Size),
-				ETag:         unquote(v.ETag),
-				VersionID:    aws.ToString(v.VersionId),
-				LastModified: aws.ToTime(v.LastModified),
-			},
-			IsLatest: aws.ToBool(v.IsLatest),
-		})
+		l.Versions = append(l.Versions, objectVersion(c.rel(dec(v.Key)), v))
 	}
 	for _, m := range out.DeleteMarkers {
-		l.Versions = append(l.Versions, Version{
-			ObjectInfo: ObjectInfo{
-				Key:            c.rel(dec(m.Key)),
-				VersionID:      aws.ToString(m.VersionId),
-				LastModified:   aws.ToTime(m.LastModified),
-				IsDeleteMarker: true,
-			},
-			IsLatest: aws.ToBool(m.IsLatest),
-		})
+		l.Versions = append(l.Versions, deleteMarker(c.rel(dec(m.Key)), m))
 	}
 	sortVersions(l.Versions)
 	return l, nil
+}
+
+// objectVersion is the Version of v, whose key relative to the prefix is key.
+func objectVersion(key string, v types.ObjectVersion) Version {
+	return Version{
+		ObjectInfo: ObjectInfo{
+			Key:          key,
+			Size:         aws.ToInt64(v.Size),
+			ETag:         unquote(v.ETag),
+			VersionID:    aws.ToString(v.VersionId),
+			LastModified: aws.ToTime(v.LastModified),
+		},
+		IsLatest: aws.ToBool(v.IsLatest),
+	}
+}
+
+// deleteMarker is the Version of m, whose key relative to the prefix is key.
+func deleteMarker(key string, m types.DeleteMarkerEntry) Version {
+	return Version{
+		ObjectInfo: ObjectInfo{
+			Key:            key,
+			VersionID:      aws.ToString(m.VersionId),
+			LastModified:   aws.ToTime(m.LastModified),
+			IsDeleteMarker: true,
+		},
+		IsLatest: aws.ToBool(m.IsLatest),
+	}
 }
 
 // sortVersions orders versions by key, and within a key the latest first,

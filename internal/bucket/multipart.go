@@ -98,14 +98,18 @@ func (c *Client) PutParts(ctx context.Context, key string, parts []Part, paralle
 	if opt.OnUploadEnd != nil {
 		opt.OnUploadEnd(context.WithoutCancel(ctx), aws.ToString(uploadID))
 	}
-	return ObjectInfo{
+	info := ObjectInfo{
 		Key:         key,
 		Size:        size,
 		ETag:        unquote(out.ETag),
 		VersionID:   aws.ToString(out.VersionId),
 		Metadata:    opt.Metadata,
 		ContentType: opt.ContentType,
-	}, nil
+	}
+	if err := c.confirmWrite(ctx, key, opt, info, false); err != nil {
+		return ObjectInfo{}, err
+	}
+	return info, nil
 }
 
 // checkParts checks that parts tile [0, size) in order with valid sizes and

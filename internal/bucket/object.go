@@ -37,6 +37,14 @@ type PutOptions struct {
 	// IfMatch, if set, makes the write succeed only if the object's current
 	// ETag is this one (with or without quotes).
 	IfMatch string
+	// IfMatchVersion is the version id of the object IfMatch names, as
+	// the caller saw it. S3 has no such condition and it is not sent;
+	// where the store's conditional writes are not trusted, the write is
+	// confirmed to follow this very version (see confirmWrite), by its
+	// identity rather than by an ETag that a later version with the same
+	// bytes shares. Without it, the version before the write is checked
+	// by ETag only.
+	IfMatchVersion string
 	// IfNoneMatch makes the write succeed only if the key has no current
 	// object (If-None-Match: *).
 	IfNoneMatch bool
@@ -313,6 +321,19 @@ func (r *progressReadSeeker) Read(p []byte) (int, error) {
 // Put writes size bytes from body as the object at key, if opt's conditions
 // hold. The returned ObjectInfo has the new ETag and VersionID.
 func (c *Client) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opt PutOptions) (ObjectInfo, error) {
+	info, err := c.put(ctx, key, body, size, opt)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := c.confirmWrite(ctx, key, opt, info, false); err != nil {
+		return ObjectInfo{}, err
+	}
+	return info, nil
+}
+
+// put is Put without the confirmation of a conditional write, for the
+// probe of conditional writes, which looks at what the store does itself.
+func (c *Client) put(ctx context.Context, key string, body io.ReadSeeker, size int64, opt PutOptions) (ObjectInfo, error) {
 	if err := c.refuseWrite("put", key); err != nil {
 		return ObjectInfo{}, err
 	}
@@ -413,27 +434,48 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 		info.ETag = unquote(r.ETag)
 		info.LastModified = aws.ToTime(r.LastModified)
 	}
+	if err := c.confirmWrite(ctx, dstKey, opt, info, dstKey == srcKey && srcVersion == ""); err != nil {
+		return ObjectInfo{}, err
+	}
 	return info, nil
 }
 
 // DeleteCurrent deletes the object at key, which the caller saw as cur (a
 // HEAD of its current version), without ever hiding a newer version: a
-// write that lands between the caller's look and the delete. It adds a
-// delete marker as Delete does; then, on a versioned bucket, it looks
-// under the marker, and if the newest version there is not cur but one
-// written after it, it removes its own marker again, so that version is
-// current as it was. kept reports that; the caller then treats the key as
-// changed in the bucket. Without version ids (an unversioned bucket) such
-// a write cannot be told apart or brought back, and DeleteCurrent is
-// Delete.
+// write that lands between the caller's look and the delete. kept reports
+// such a write; the caller then treats the key as changed in the bucket.
+//
+// Where the store honours conditional deletes (AWS S3, versitygw; see
+// ProbeConditionalWrites), the delete is sent with If-Match: cur's ETag,
+// and the store refuses it for a key whose bytes changed: no delete
+// marker is written at all. Elsewhere it adds a delete marker as Delete
+// does. Either way, on a versioned bucket, it then looks under its marker,
+// and if the newest version there is not cur but one written after it (on
+// a store without conditional deletes, or with cur's very bytes, the same
+// ETag), it removes its own marker again, so that version is current as it
+// was; other readers may see the key missing for those few milliseconds,
+// and the store reports a delete. Without version ids (an unversioned
+// bucket) such a write cannot be told apart or brought back, and
+// DeleteCurrent is Delete, conditional where the store allows.
 func (c *Client) DeleteCurrent(ctx context.Context, key string, cur ObjectInfo) (kept bool, err error) {
 	if err := c.refuseWrite("delete", key); err != nil {
 		return false, err
 	}
 	op := c.startOp(ctx)
 	defer op.done()
-	out, err := c.deleteObject(op, key)
-	if err != nil || out == nil {
+	in := &s3.DeleteObjectInput{Bucket: &c.bucket, Key: c.key(key)}
+	if c.conditionalDeletes.Load() {
+		in.IfMatch = matchETag(cur.ETag)
+	}
+	out, err := c.s3.DeleteObject(op.ctx, in)
+	if err != nil {
+		err = c.fail(op, "delete", key, err)
+		switch {
+		case errors.Is(err, ErrPrecondition):
+			return true, nil // changed since cur: refused, nothing written
+		case errors.Is(err, ErrNotFound):
+			return false, nil
+		}
 		return false, err
 	}
 	marker := aws.ToString(out.VersionId)

@@ -94,6 +94,11 @@ type Config struct {
 	// changes show. Changes an earlier run left pending (and lost+found)
 	// stay as they are until a start without it.
 	ReadOnly bool
+	// TrustConditionalWrites takes the store's acknowledgement of a
+	// conditional write as proof that no other write of the key landed
+	// next to it (see bucket.Config.TrustConditionalWrites; AWS S3 is
+	// trusted without it).
+	TrustConditionalWrites bool
 
 	// MetaFS, if set, is the file system the metadata store (namespace and
 	// file data) lives on instead of the operating system's. Power-loss
@@ -192,7 +197,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	}
 	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
 		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout,
-		ReadOnly: cfg.ReadOnly}
+		ReadOnly: cfg.ReadOnly, TrustConditionalWrites: cfg.TrustConditionalWrites}
 	if cfg.Bucket == "" {
 		// The embedded store tells the importer of every object change in
 		// process: no webhook to configure.
@@ -242,6 +247,14 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		if !supported {
 			e.log.Warn("the store ignores conditional writes; bucketfs compares a HEAD before each write instead, " +
 				"which leaves a short window in which a concurrent S3 write can be overwritten")
+		}
+		if !e.Bucket.ConditionalDeletes() {
+			e.log.Info("the store ignores If-Match on DELETE: removing a file whose object changed meanwhile in the bucket " +
+				"writes a delete marker and takes it back, so for a few milliseconds other readers may miss the object")
+		}
+		if e.Bucket.ConfirmsWrites() {
+			e.log.Debug("each conditional write is confirmed from the key's versions: the store is not AWS S3 " +
+				"(--trust-conditional-writes turns this off)")
 		}
 	}
 	if e.eventsToken, err = eventsToken(ctx, e.Meta); err != nil {

@@ -439,7 +439,8 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			// Attributes only: rewrite metadata in place where the name is
 			// already exported (the new Gen is durable, as above).
 			if old, ok := have[want[0]]; ok {
-				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), want[0]), IfMatch: old.ETag},
+				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), want[0]),
+					IfMatch: old.ETag, IfMatchVersion: old.VersionID},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
 						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
 					})
@@ -470,7 +471,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			}
 			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k)}
 			if exported {
-				opt.IfMatch = old.ETag
+				opt.IfMatch, opt.IfMatchVersion = old.ETag, old.VersionID
 			} else {
 				opt.IfNoneMatch = true
 			}
@@ -596,8 +597,15 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 		return nil
 	}
 	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version_id", cur.VersionID)
-	if err := e.bucket.Delete(ctx, key); err != nil {
+	// Like any delete of what was seen, it never hides a write that lands
+	// after the look (and writes no marker for it where the store honours
+	// conditional deletes): that write is the bucket's, for the importer.
+	kept, err := e.bucket.DeleteCurrent(ctx, key, cur)
+	if err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	if kept {
+		e.revalidateLater([]string{key})
 	}
 	return nil
 }
@@ -703,7 +711,7 @@ func toObject(o bucket.ObjectInfo, size int64) meta.Object {
 func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
 	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), key)}
 	if old.Key != "" {
-		opt.IfMatch = old.ETag
+		opt.IfMatch, opt.IfMatchVersion = old.ETag, old.VersionID
 	} else {
 		opt.IfNoneMatch = true
 	}
@@ -734,13 +742,20 @@ func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Ino
 // inode exported earlier but never recorded (the process died in between)
 // is either this very generation, taken as done, or an older one, which
 // the write may replace. Anything else is a real conflict.
+//
+// A write the store acknowledged next to another write of the key
+// (bucket.ErrInterleaved, on a store not trusted with conditions) is a
+// conflict at once: the other write came from outside this file system,
+// since the key lock keeps this one's exports of key apart, and the
+// bucket client has made it current already.
 func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt bucket.PutOptions,
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
 	defer e.keys.Lock(key)()
 	_, recordedHere := recordedAt(in, key)
 	info, err := write(opt)
 	for range 3 {
-		if !errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
+		if errors.Is(err, bucket.ErrInterleaved) ||
+			!errors.Is(err, bucket.ErrPrecondition) && !errors.Is(err, bucket.ErrNotFound) {
 			return info, err
 		}
 		cur, herr := e.bucket.Head(ctx, key, "")
@@ -770,7 +785,11 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 			switch {
 			case mine && gen == in.Gen:
-				return cur, nil // this very export, done before a crash
+				// This very export, done before a crash (or its response
+				// was lost). It is taken as it is: the condition it was
+				// sent under may not be this one's (a retry below
+				// changes it), so there is nothing sure to confirm it by.
+				return cur, nil
 			case mine:
 			case owned && owner.Ino != in.Ino && sameVersion(held, cur):
 				// Another inode of this file system held the name (it was
@@ -788,7 +807,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			default:
 				return info, err
 			}
-			opt.IfMatch, opt.IfNoneMatch = cur.ETag, false
+			opt.IfMatch, opt.IfMatchVersion, opt.IfNoneMatch = cur.ETag, cur.VersionID, false
 		}
 		if errors.Is(herr, bucket.ErrNotFound) {
 			// Nothing is there: write as new, with If-None-Match, so that
@@ -797,7 +816,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 			// on a key whose latest version is a delete marker: when that
 			// condition itself was refused and the HEAD still finds
 			// nothing, write without it.
-			opt.IfMatch, opt.IfNoneMatch = "", !opt.IfNoneMatch
+			opt.IfMatch, opt.IfMatchVersion, opt.IfNoneMatch = "", "", !opt.IfNoneMatch
 		}
 		info, err = write(opt)
 	}
