@@ -117,7 +117,7 @@ func TestAnExportTheStoreAcknowledgedBesideAnotherWriteIsAConflict(t *testing.T)
 		if err := e.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.WriteData(ctx, in.Ino, small, 0, false, 0, meta.Limits{}); err != nil {
+		if _, err := m.WriteData(ctx, in.Ino, small, 0, false, 0, meta.Limits{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		return small
