@@ -7,16 +7,20 @@
 // from the kernel's own modules (virtio network card, sunrpc, nfs, nfsv4)
 // and the guest test binary (test/kernelnfs/guest) as /init. The guest's
 // network is QEMU's user-mode network with restrict=on: it reaches nothing
-// but the forwarded NFS ports, each joined to a `bucketfs serve` on this
-// host's loopback by a relay process per connection (this test binary
-// again).
+// but the forwarded ports, each joined to a listener on this host's
+// loopback by a relay process per connection (this test binary again): two
+// `bucketfs serve` and a control port through which the guest has the
+// host restart a server (SIGTERM or kill -9) at a chosen moment.
 //
 // Two servers run for one boot: one with default flags (root squashed,
 // AUTH_NONE refused for everything but the NULL ping), where the guest
 // mounts at each NFS minor version and mount option set, works as an
 // unprivileged user and checks root squash; and one with
 // --root-squash=false, where the guest runs the POSIX conformance workloads
-// (internal/posixtest) as root. When the guest has powered off, the host
+// (internal/posixtest) as root, then holds an open file with unsent
+// writes and a lock across a SIGTERM restart and a kill -9 of that server
+// (4.1 and 4.2; 4.0 too with -kernelnfs.long). When the guest has powered
+// off, the host
 // flushes the default server and checks its bucket object by object
 // against what the guest reported writing (second serial port).
 //

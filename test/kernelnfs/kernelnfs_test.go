@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ var (
 const (
 	guestDefaultPort = "2049"
 	guestTrustedPort = "2050"
+	guestControlPort = "2051" // serveControl
 	relayArg         = "kernelnfs-relay"
 )
 
@@ -93,10 +95,12 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 
 	def := startServe(t, bin, filepath.Join(work, "default"), "--uid", "1000", "--gid", "1000")
 	trusted := startServe(t, bin, filepath.Join(work, "trusted"), "--root-squash=false")
+	control := &server{addr: serveControl(t, map[string]*server{"default": def, "trusted": trusted})}
 
-	mounts := smokeMounts
+	mounts, restartVers := smokeMounts, []string{"4.1", "4.2"}
 	if *long {
 		mounts = append(mounts, longMounts...)
+		restartVers = append(restartVers, "4.0") // 4.0 clients cannot end the grace period early
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -111,10 +115,13 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 		"-kernel", k.vmlinuz(), "-initrd", initrd,
 		"-append", strings.Join([]string{"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
 			"KN_DEFAULT_PORT=" + guestDefaultPort, "KN_TRUSTED_PORT=" + guestTrustedPort,
-			"KN_MOUNTS=" + strings.Join(mounts, "/")}, " "),
+			"KN_CONTROL_PORT=" + guestControlPort, "KN_MOUNTS=" + strings.Join(mounts, "/"),
+			"KN_RESTART_VERS=" + strings.Join(restartVers, "/")}, " "),
 		"-serial", "file:" + console, "-serial", "file:" + results,
-		// restrict=on: the guest reaches nothing but the two forwards.
-		"-netdev", "user,id=n0,restrict=on," + fwd(guestDefaultPort, def) + "," + fwd(guestTrustedPort, trusted),
+		// restrict=on: the guest reaches nothing but the forwards: the
+		// two NFS servers and the control port (serveControl).
+		"-netdev", "user,id=n0,restrict=on," + fwd(guestDefaultPort, def) + "," + fwd(guestTrustedPort, trusted) +
+			"," + fwd(guestControlPort, control),
 		// romfile= : no boot ROM (the guest boots from -kernel), so
 		// ipxe-qemu need not be installed.
 		"-device", "virtio-net-pci,netdev=n0,romfile=", "-device", "virtio-rng-pci"}
@@ -254,11 +261,16 @@ func goBuild(t *testing.T, env []string, args ...string) {
 	}
 }
 
-// server is a `bucketfs serve` on this host's loopback.
+// server is a `bucketfs serve` on this host's loopback. It can be stopped
+// and started again on the same port and state directory.
 type server struct {
 	bin, stateDir, addr string
-	mu                  sync.Mutex
-	log                 bytes.Buffer
+	flags               []string
+
+	mu     sync.Mutex
+	log    bytes.Buffer
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 func (s *server) Write(p []byte) (int, error) {
@@ -284,38 +296,108 @@ func startServe(t *testing.T, bin, stateDir string, flags ...string) *server {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &server{bin: bin, stateDir: stateDir, addr: addr}
-	cmd := exec.Command(bin, append([]string{"serve", "--state-dir", stateDir, "--nfs-listen", addr}, flags...)...)
-	cmd.Stdout, cmd.Stderr = s, s
-	if err := cmd.Start(); err != nil {
+	s := &server{bin: bin, stateDir: stateDir, addr: addr, flags: flags}
+	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
+		s.stop(syscall.SIGTERM)
+		if t.Failed() || testing.Verbose() {
 			t.Logf("serve %v log:\n%s", flags, s.logText())
 		}
 	})
+	return s
+}
+
+// start runs the server and returns once it listens.
+func (s *server) start() error {
+	ready := strings.Count(s.logText(), "over NFS on")
+	cmd := exec.Command(s.bin, append([]string{"serve", "--state-dir", s.stateDir, "--nfs-listen", s.addr}, s.flags...)...)
+	cmd.Stdout, cmd.Stderr = s, s
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(s.logText(), "over NFS on") {
+	for strings.Count(s.logText(), "over NFS on") == ready {
 		select {
 		case <-exited:
-			t.Fatalf("bucketfs serve %v exited:\n%s", flags, s.logText())
+			return fmt.Errorf("bucketfs serve %v exited:\n%s", s.flags, s.logText())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bucketfs serve %v did not come up:\n%s", flags, s.logText())
+			return fmt.Errorf("bucketfs serve %v did not come up:\n%s", s.flags, s.logText())
 		}
 	}
-	return s
+	return nil
+}
+
+// stop signals the server and waits for it to exit (killing it after 30 s).
+func (s *server) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// serveControl answers the guest's requests to restart a server, one per
+// connection: a line "restart-term NAME" (SIGTERM) or "restart-kill NAME"
+// (SIGKILL), answered "ok" once the server listens again on the same port
+// and state directory, or "error: ...". It returns its address.
+func serveControl(t *testing.T, servers map[string]*server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex // one restart at a time
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				f := strings.Fields(line)
+				sig := map[string]syscall.Signal{"restart-term": syscall.SIGTERM, "restart-kill": syscall.SIGKILL}
+				if len(f) != 2 || servers[f[1]] == nil || sig[f[0]] == 0 {
+					fmt.Fprintf(c, "error: unknown request %q\n", line)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				s := servers[f[1]]
+				t0 := time.Now()
+				s.stop(sig[f[0]])
+				t1 := time.Now()
+				err := s.start()
+				t.Logf("%s: stopped in %s, started in %s", strings.TrimSpace(line), t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+				if err != nil {
+					fmt.Fprintf(c, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " | "))
+					return
+				}
+				fmt.Fprintln(c, "ok")
+			}()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // flush exports everything pending; it returns when the bucket has it.
