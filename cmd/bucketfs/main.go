@@ -240,6 +240,15 @@ func (o *options) config(stderr io.Writer) (engine.Config, *slog.Logger, error) 
 	return cfg, log, err
 }
 
+// openError is the line for an engine that did not open: a metrics
+// address that cannot be listened on says so in the flag's terms.
+func openError(cfg engine.Config, err error) error {
+	if errors.Is(err, engine.ErrMetricsListen) {
+		return listenError("--metrics-listen", cfg.MetricsListen, err)
+	}
+	return err
+}
+
 // readOnlyNote marks the start line of a read-only file system.
 func readOnlyNote(ro bool) string {
 	if ro {
@@ -306,6 +315,9 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkStateDirApart(o.stateDir, mountpoint); err != nil {
+		return err
+	}
 	if cleared, err := clearDeadMount(mountpoint); err != nil {
 		return err
 	} else if cleared {
@@ -352,7 +364,7 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 		if ctx.Err() != nil {
 			return errors.New("interrupted while starting; nothing was mounted")
 		}
-		return err
+		return openError(cfg, err)
 	}
 	defer e.Close()
 	mo := bfuse.Options{Name: e.Bucket.String()}
