@@ -330,16 +330,18 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// Said before a background start detaches, so that it reaches the
+	// caller's terminal (the child says it again in its log).
+	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
+		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
+			mountpoint, len(ents))
+	}
 	if *background {
 		dir, err := filepath.Abs(cfg.StateDir)
 		if err != nil {
 			return err
 		}
 		return startInBackground(args, filepath.Join(dir, "bucketfs.log"), stdout)
-	}
-	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
-		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
-			mountpoint, len(ents))
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
