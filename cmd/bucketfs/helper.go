@@ -24,8 +24,10 @@ import (
 // option is a long flag of `bucketfs mount` with '_' for '-'
 // (state_dir=/var/lib/bucketfs, export_delay=30s, s3_listen=...); "ro" is
 // --read-only; the generic options mount(8) and systemd pass (defaults,
-// _netdev, nofail, noauto, user, rw, noatime, x-systemd.*, ...) are
-// accepted and change nothing. The helper returns once the file system is
+// _netdev, nofail, noauto, user, rw, x-systemd.*, ...) are accepted and
+// change nothing. Paths must be absolute: mount(8) and fstab have no
+// working directory to resolve them against. Every bucketfs mount is
+// noatime (atimeOptions). The helper returns once the file system is
 // mounted, leaving bucketfs running in the background (its log in
 // STATE_DIR/bucketfs.log); `umount DIR` stops it cleanly.
 
@@ -34,9 +36,18 @@ var genericOptions = map[string]bool{
 	"defaults": true, "auto": true, "noauto": true, "user": true, "users": true, "nouser": true,
 	"owner": true, "group": true, "_netdev": true, "nofail": true, "rw": true, "suid": true,
 	"nosuid": true, "dev": true, "nodev": true, "exec": true, "noexec": true, "async": true,
-	"sync": true, "atime": true, "noatime": true, "relatime": true, "strictatime": true,
-	"nodiratime": true, "diratime": true, "lazytime": true, "nolazytime": true, "silent": true, "loud": true,
+	"sync": true, "lazytime": true, "nolazytime": true, "silent": true, "loud": true,
+	"noatime": true, "nodiratime": true, // what every bucketfs mount is (atimeOptions)
 }
+
+// atimeOptions ask for access times updated on reads, which bucketfs does
+// not do: the kernel leaves atime to a FUSE server, and bucketfs changes
+// it only when told to (utimes), so every mount is noatime (and says so).
+// They are refused rather than dropped.
+var atimeOptions = map[string]bool{"atime": true, "relatime": true, "strictatime": true, "diratime": true}
+
+// pathOptions take a path, which must be absolute.
+var pathOptions = map[string]bool{"state_dir": true, "tls_cert": true, "tls_key": true}
 
 // helperArgs turns a mount helper's command line into `bucketfs mount`
 // arguments.
@@ -79,6 +90,10 @@ func helperArgs(args []string) ([]string, error) {
 		switch {
 		case key == "":
 		case genericOptions[key], strings.HasPrefix(key, "x-"), key == "comment":
+		case atimeOptions[key]:
+			return nil, fmt.Errorf("option %s: bucketfs does not update access times on reads (every bucketfs mount is noatime); drop it or write noatime", key)
+		case pathOptions[key] && !filepath.IsAbs(value):
+			return nil, fmt.Errorf("option %s=%s: give an absolute path (mount(8) and fstab have no working directory to resolve it against)", key, value)
 		case key == "ro":
 			out = append(out, "--read-only")
 		case hasValue:

@@ -241,6 +241,15 @@ func (o *options) config(stderr io.Writer) (engine.Config, *slog.Logger, error) 
 	return cfg, log, err
 }
 
+// openError is the line for an engine that did not open: a metrics
+// address that cannot be listened on says so in the flag's terms.
+func openError(cfg engine.Config, err error) error {
+	if errors.Is(err, engine.ErrMetricsListen) {
+		return listenError("--metrics-listen", cfg.MetricsListen, err)
+	}
+	return err
+}
+
 // readOnlyNote marks the start line of a read-only file system.
 func readOnlyNote(ro bool) string {
 	if ro {
@@ -307,6 +316,9 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkStateDirApart(o.stateDir, mountpoint); err != nil {
+		return err
+	}
 	if cleared, err := clearDeadMount(mountpoint); err != nil {
 		return err
 	} else if cleared {
@@ -319,16 +331,18 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// Said before a background start detaches, so that it reaches the
+	// caller's terminal (the child says it again in its log).
+	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
+		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
+			mountpoint, len(ents))
+	}
 	if *background {
 		dir, err := filepath.Abs(cfg.StateDir)
 		if err != nil {
 			return err
 		}
 		return startInBackground(args, filepath.Join(dir, "bucketfs.log"), stdout)
-	}
-	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
-		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
-			mountpoint, len(ents))
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -353,7 +367,7 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 		if ctx.Err() != nil {
 			return errors.New("interrupted while starting; nothing was mounted")
 		}
-		return err
+		return openError(cfg, err)
 	}
 	defer e.Close()
 	mo := bfuse.Options{Name: e.Bucket.String()}

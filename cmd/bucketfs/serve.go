@@ -59,12 +59,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return fmt.Errorf("--nfs-listen: %w", err)
+		return listenError("--nfs-listen", *listen, err)
 	}
 	defer ln.Close()
 	e, err := engine.Open(ctx, cfg)
 	if err != nil {
-		return err
+		return openError(cfg, err)
 	}
 	defer e.Close()
 	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash, AccessPoints: aps,

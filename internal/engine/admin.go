@@ -112,30 +112,33 @@ func eventsToken(ctx context.Context, m *meta.Store) (string, error) {
 	return hex.EncodeToString(secret), nil
 }
 
+// ErrMetricsListen marks the error of an Open that could not listen on
+// Config.MetricsListen.
+var ErrMetricsListen = errors.New("metrics listener")
+
 // serveAdmin answers the admin API on the state directory's socket, and
-// the metrics and the webhook on listen (TCP) when set, until ctx is done.
-func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
-	sock := AdminSocket(e.cfg.StateDir)
-	os.Remove(sock) // stale: we hold the state directory's lock
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return fmt.Errorf("admin socket: %w", err)
-	}
-	os.Chmod(sock, 0o600)
-	servers := []*http.Server{{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second}}
-	lns := []net.Listener{ln}
-	if listen != "" {
-		tl, err := net.Listen("tcp", listen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("metrics listener: %w", err)
-		}
-		e.metricsAddr = tl.Addr().String()
+// the metrics and the webhook on the TCP listener Open took (if any), until
+// ctx is done. The two are independent: the socket is what status, flush
+// and unmount --flush reach, whatever becomes of the TCP listener, and a
+// socket that cannot be made leaves the listener serving.
+func (e *Engine) serveAdmin(ctx context.Context) error {
+	var servers []*http.Server
+	var lns []net.Listener
+	if e.metricsLn != nil {
+		tl := e.metricsLn
 		if e.cfg.TLS != nil {
 			tl = tls.NewListener(tl, e.cfg.TLS)
 		}
 		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second})
 		lns = append(lns, tl)
+	}
+	sock := AdminSocket(e.cfg.StateDir)
+	os.Remove(sock) // stale: we hold the state directory's lock
+	ln, sockErr := net.Listen("unix", sock)
+	if sockErr == nil {
+		os.Chmod(sock, 0o600)
+		servers = append(servers, &http.Server{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second})
+		lns = append(lns, ln)
 	}
 	for i, srv := range servers {
 		go func() {
@@ -151,8 +154,13 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		for _, srv := range servers {
 			srv.Shutdown(sctx)
 		}
-		os.Remove(sock)
+		if sockErr == nil {
+			os.Remove(sock)
+		}
 	}()
+	if sockErr != nil {
+		return fmt.Errorf("admin socket: %w", sockErr)
+	}
 	return nil
 }
 

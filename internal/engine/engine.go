@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,7 +79,8 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// MetricsListen is a TCP address for /metrics and the /events webhook
 	// ("" for none; the admin socket in the state directory serves both,
-	// and alone serves /status and /flush).
+	// and alone serves /status and /flush). Open fails (ErrMetricsListen)
+	// when it cannot listen there.
 	MetricsListen string
 	// TLS, if set, makes the MetricsListen listener serve HTTPS only.
 	TLS *tls.Config
@@ -132,6 +134,9 @@ type Engine struct {
 	metricsAddr    string
 	eventsToken    string       // the webhook's secret (hex)
 	webhook        http.Handler // /events, one for both listeners: it caches SNS certificates
+	// metricsLn is the MetricsListen listener, taken in Open so that an
+	// address in use stops the start; serveAdmin serves it.
+	metricsLn net.Listener
 
 	evictions atomic.Int64 // files whose tier copy eviction dropped
 	// summaryInterval is SummaryInterval; tests set it shorter before
@@ -194,6 +199,12 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	}
 	if e.lock, err = lockStateDir(cfg.StateDir); err != nil {
 		return nil, err
+	}
+	if cfg.MetricsListen != "" {
+		if e.metricsLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrMetricsListen, cfg.MetricsListen, err)
+		}
+		e.metricsAddr = e.metricsLn.Addr().String()
 	}
 	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
 		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout,
@@ -297,8 +308,8 @@ func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.importerReady.Store(e.Importer)
-	if err := e.serveAdmin(ctx, e.cfg.MetricsListen); err != nil {
-		e.log.Warn("no admin API: status and flush will not reach this process", "err", err)
+	if err := e.serveAdmin(ctx); err != nil {
+		e.log.Warn("no admin socket: status, flush and unmount --flush will not reach this process", "err", err)
 	}
 	e.spawn(func() {
 		every(ctx, 10*time.Second, func() {
@@ -427,6 +438,9 @@ func (e *Engine) Close() error {
 	}
 	if e.Store != nil {
 		errs = append(errs, e.Store.Close())
+	}
+	if e.metricsLn != nil && e.stop == nil {
+		e.metricsLn.Close() // never served (Start shuts it down otherwise)
 	}
 	if e.lock != nil {
 		errs = append(errs, e.lock.Close())

@@ -124,6 +124,10 @@ func Mount(fs *vfs.FS, mountpoint string, opts Options) (*fuse.Server, error) {
 		// readdirplus saves a lookup per entry.
 		DisableXAttrs: false,
 	}
+	// The kernel never updates the access time of a FUSE file on a read
+	// (it leaves atime to the server), and bucketfs changes it only on
+	// utimes: the mount is noatime, and says so.
+	mo.Options = append(mo.Options, "noatime")
 	if fs.ReadOnly() {
 		// The kernel refuses changes itself (EROFS without asking us, and
 		// no atime updates), and `mount` shows ro; vfs refuses anything
