@@ -136,8 +136,22 @@ func Continues(off, n int64) bool {
 
 // WriteData writes p at off (at the end of the file when appending) and
 // records the change, in one transaction. now is the new mtime and ctime.
-// It returns the inode as written.
+// It returns the inode as written. Whether more of the same write is to
+// come is guessed from where the piece lies (Continues).
 func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits) (in Inode, err error) {
+	return s.writeData(ctx, ino, p, off, appending, false, now, lim)
+}
+
+// WriteDataMore is WriteData for a piece that its caller knows more of the
+// same request will follow: the vfs's own split of a large write, the
+// pieces of an NFS COPY.
+func (s *Store) WriteDataMore(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits) (in Inode, err error) {
+	return s.writeData(ctx, ino, p, off, appending, true, now, lim)
+}
+
+// writeData is WriteData; more says the caller knows more of the write
+// follows.
+func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits) (in Inode, err error) {
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
@@ -169,14 +183,18 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		in.Size = max(in.Size, off+int64(len(p)))
 		in.Mtime, in.Ctime = now, now
 		in.Mode &^= syscall.S_ISUID
-		due := s.now().Add(s.exportDelay)
-		if Continues(off, int64(len(p))) {
+		at := s.now()
+		due := at.Add(s.exportDelay)
+		in.UnfinishedWrite = 0
+		if more || Continues(off, int64(len(p))) {
 			// Most likely a piece of a larger write(2) that the kernel
 			// is still handing over: the quiet period gets PieceGrace
 			// more, so that a stall of the writer between two pieces
-			// does not export the state between them. The last piece
-			// brings the export back to the usual delay.
+			// does not export the state between them, and a flush waits
+			// for the rest (UnfinishedWrite). The last piece brings the
+			// export back to the usual delay.
 			due = due.Add(PieceGrace)
+			in.UnfinishedWrite = at.UnixNano()
 		}
 		return s.markChangedUntil(tx, &in, DataChange, due)
 	})
@@ -184,6 +202,28 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
 	}
 	return in, nil
+}
+
+// EndWrite records that the file's writes are finished (UnfinishedWrite
+// 0): the handle that wrote a piece announcing more was closed or synced,
+// so that write(2) has returned. Nothing else of the inode changes, and
+// an inode that is gone is no error.
+func (s *Store) EndWrite(ctx context.Context, ino Ino) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := s.getInode(tx, ino)
+		if errors.Is(err, syscall.ENOENT) || err == nil && in.UnfinishedWrite == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		in.UnfinishedWrite = 0
+		return putInode(tx, &in)
+	})
+	if err != nil {
+		return fmt.Errorf("end the write to inode %d: %w", ino, err)
+	}
+	return nil
 }
 
 // regularFile loads ino, which must be a regular file.

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"syscall"
 	"testing"
@@ -378,18 +379,24 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 	in := Inode{Ino: 7, Mode: syscall.S_IFLNK | 0o777, Uid: 1000, Gid: 100, Nlink: 1, Size: -1,
 		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Listed | DataDirty, Backed: 5, Cached: 4096,
 		Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
-		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/"}
+		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/", UnfinishedWrite: 1 << 40}
 	out, err := decodeInode(in.encode(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.Target != in.Target || out.Size != in.Size || len(out.Keys) != 2 || out.Keys[1].ETag != "t" ||
 		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime ||
-		out.Backed != in.Backed || out.Cached != in.Cached {
+		out.Backed != in.Backed || out.Cached != in.Cached || out.UnfinishedWrite != in.UnfinishedWrite {
 		t.Fatalf("round trip: %+v", out)
 	}
-	for i := 0; i < len(in.encode(nil)); i++ {
-		if _, err := decodeInode(in.encode(nil)[:i]); err == nil {
+	// A record an earlier bucketfs wrote ends before UnfinishedWrite.
+	earlier := in.encode(nil)
+	earlier = earlier[:len(earlier)-len(binary.AppendVarint(nil, in.UnfinishedWrite))]
+	if out, err := decodeInode(earlier); err != nil || out.UnfinishedWrite != 0 || out.Cached != in.Cached {
+		t.Fatalf("a record without the optional fields: %+v, %v", out, err)
+	}
+	for i := 0; i < len(earlier); i++ {
+		if _, err := decodeInode(earlier[:i]); err == nil {
 			t.Fatalf("truncated record of %d bytes decoded", i)
 		}
 	}

@@ -146,6 +146,12 @@ func (s *server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 func (s *server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	// close(2) of one descriptor drops that owner's record locks.
 	s.fs.ReleaseLocks(s.ino(in.NodeId), locks.Owner{ID: in.LockOwner})
+	// And every write(2) through it has returned.
+	if h := s.file(in.Fh); h != nil {
+		ctx, done := uninterrupted()
+		defer done()
+		return status(h.Closed(ctx))
+	}
 	return fuse.OK
 }
 

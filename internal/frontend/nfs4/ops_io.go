@@ -206,7 +206,9 @@ func (q *request) copy(a *nfsv4.Copy4args) nfsv4.Copy4res {
 		if n == 0 {
 			break
 		}
-		if _, err := dst.h.Write(q.ctx, p[:n], int64(a.CaDstOffset+done)); err != nil {
+		// The pieces of one COPY are one write: a flush waits for the
+		// last (vfs.Handle.WriteContinued), which the Fsync below ends.
+		if _, err := dst.h.WriteContinued(q.ctx, p[:n], int64(a.CaDstOffset+done)); err != nil {
 			return fail(statusOf(err))
 		}
 		done += uint64(n)
