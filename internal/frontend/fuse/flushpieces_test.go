@@ -11,18 +11,39 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sys/unix"
 
 	"bucketfs/internal/meta"
 )
+
+// copyInto copies n bytes of the file at path into f at off with
+// copy_file_range(2), as often as it takes.
+func copyInto(t *testing.T, f *os.File, path string, off int64, n int) {
+	t.Helper()
+	src, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var from int64
+	for n > 0 {
+		got, err := unix.CopyFileRange(int(src.Fd()), &from, int(f.Fd()), &off, n, 0)
+		if err != nil || got == 0 {
+			t.Fatalf("copy_file_range: %d, %v", got, err)
+		}
+		n -= got
+	}
+}
 
 // Issue 21, corner 8, end to end: the kernel hands a large write(2) to
 // bucketfs in pieces (1 MiB requests, and a write that starts inside a
 // page as that page's part first), and `bucketfs flush` while a process
 // wrote exported the state between two pieces of one syscall (183 of
 // 4,544 versions under fsx with a flush loop). Here a writer makes large
-// writes at unaligned offsets, each with its own recognisable bytes, while
-// flushes of the file and of everything run in a loop; every version the
-// bucket received must be the file as one of the writes left it.
+// writes at unaligned offsets (write(2) or copy_file_range(2)), each with
+// its own recognisable bytes, while flushes of the file and of everything
+// run in a loop; every version the bucket received must be the file as one
+// of the writes left it.
 func TestEveryVersionAFlushExportsIsTheFileBetweenTwoWrites(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -57,8 +78,16 @@ func TestEveryVersionAFlushExportsIsTheFileBetweenTwoWrites(t *testing.T) {
 		off := rng.Int64N(maxSize - 3<<20)
 		p := make([]byte, 2<<20+rng.IntN(1<<20+1))
 		word(p, off, v)
-		if _, err := f.WriteAt(p, off); err != nil {
-			t.Fatal(err)
+		if rng.IntN(3) > 0 {
+			if _, err := f.WriteAt(p, off); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// A copy_file_range(2) from another file of the mount.
+			if err := os.WriteFile(e.path("src"), p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			copyInto(t, f, e.path("src"), off, len(p))
 		}
 		if end := off + int64(len(p)); end > int64(len(model)) {
 			model = append(model, make([]byte, end-int64(len(model)))...)
