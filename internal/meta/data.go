@@ -111,7 +111,9 @@ const WritePiece = 1 << 20
 // write looks like a piece that more of the same write(2) will follow, see
 // Continues. The rule it keeps: the bucket receives states a write(2)
 // left, not the states between its pieces, unless the writer stalls
-// mid-write(2) for longer than the export delay plus PieceGrace.
+// mid-write(2) for longer than the export delay plus PieceGrace. A flush
+// waits for the rest of such a write at most PieceGrace too
+// (Inode.UnfinishedWrite, sync.ExporterConfig.PieceWait).
 const PieceGrace = 5 * time.Second
 
 // Continues tells whether a write of [off, off+n) looks like a piece of a
