@@ -64,7 +64,7 @@ func TestAFlushThroughTheVFSExportsNoStateBetweenThePiecesOfOneWrite(t *testing.
 			// the file's new writes then), or once it returned.
 			var flushErr error
 			returned := false
-			for !e.FS.WritesHeld(h.Ino()) && !returned {
+			for held, _ := e.FS.WritesHeld(h.Ino()); !held && !returned; held, _ = e.FS.WritesHeld(h.Ino()) {
 				select {
 				case flushErr = <-flushed:
 					returned = true
@@ -154,6 +154,67 @@ func TestAWriteThatLookedUnfinishedEndsAtCloseAndAtFsync(t *testing.T) {
 		}
 		if unfinished() {
 			t.Fatalf("after %s the file still has an unfinished write", end.name)
+		}
+	}
+}
+
+// The requests of one write may come out of order (an NFS client's
+// writeback, the kernel's mmap writeback). One held for a flush as the
+// start of a new write goes on once an earlier request, written
+// meanwhile, makes it the next piece of the write under way; the flush
+// then exports the whole write, without waiting out its bound.
+func TestAHeldRequestThatTurnsOutToContinueTheWriteGoesOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := openEngineCfg(t, nil)
+	_, h, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	body := bytes.Repeat([]byte("out of order"), (2<<20+100)/12+1)[:2<<20+100]
+	held := func(n int) {
+		for {
+			if ok, waiting := e.FS.WritesHeld(h.Ino()); ok && waiting >= n {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("writes not held with %d waiting", n)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if _, err := h.Write(ctx, body[:1<<20], 0); err != nil { // 1 MiB of pages: more to come
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- e.Exporter.FlushInode(ctx, h.Ino()) }()
+	held(0)
+	last := make(chan error, 1)
+	go func() {
+		_, err := h.Write(ctx, body[2<<20:], 2<<20)
+		last <- err
+	}()
+	held(1) // the last request came before the middle one
+	if _, err := h.Write(ctx, body[1<<20:2<<20], 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-last; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Bucket.ListVersions(ctx, "", "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range l.Versions {
+		got := make([]byte, len(body)+1)
+		n, _ := e.Bucket.ReadAt(ctx, "f", v.VersionID, got, 0)
+		if !bytes.Equal(got[:n], body) {
+			t.Fatalf("version %d of %d (newest first) holds %d bytes, want the whole write, %d", i, len(l.Versions), n, len(body))
 		}
 	}
 }

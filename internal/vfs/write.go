@@ -47,10 +47,8 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool) (int
 	if err := fs.diskSpace(); err != nil {
 		return 0, err
 	}
-	if !h.continues(off, appending) {
-		if err := fs.holds.wait(ctx, h.ino); err != nil {
-			return 0, err
-		}
+	if err := fs.holds.wait(ctx, h.ino, func() bool { return !h.continues(off, appending) }); err != nil {
+		return 0, err
 	}
 	done := 0
 	var last meta.Inode
@@ -116,6 +114,9 @@ func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appendin
 	}
 	open := h.pieceEnd >= 0
 	h.mu.Unlock()
+	// A write held for a flush may continue this one now (the requests
+	// of one write may come out of order: NFS, mmap writeback).
+	h.fs.holds.moved()
 	if open || !followed && n <= maxWrite {
 		return nil
 	}
@@ -160,10 +161,14 @@ func (h *Handle) endWrite(ctx context.Context) error {
 type writeHolds struct {
 	mu   sync.Mutex
 	held map[Ino]*writeHold
+	// pieces is closed (and replaced) when a write ended while some file
+	// was held: a held write may continue it now.
+	pieces chan struct{}
 }
 
 type writeHold struct {
 	holders  int
+	waiting  int           // writes waiting for the release
 	released chan struct{} // closed when the last holder releases
 }
 
@@ -201,26 +206,65 @@ func (fs *FS) HoldWrites(ino Ino) (release func()) {
 	}
 }
 
-// WritesHeld reports whether a flush holds ino's new writes.
-func (fs *FS) WritesHeld(ino Ino) bool {
+// WritesHeld reports whether a flush holds ino's new writes, and how many
+// writes wait for it.
+func (fs *FS) WritesHeld(ino Ino) (held bool, waiting int) {
 	fs.holds.mu.Lock()
 	defer fs.holds.mu.Unlock()
-	return fs.holds.held[ino] != nil
+	if hold := fs.holds.held[ino]; hold != nil {
+		return true, hold.waiting
+	}
+	return false, 0
 }
 
-// wait returns once no flush holds ino's writes, or ctx is done.
-func (w *writeHolds) wait(ctx context.Context, ino Ino) error {
+// wait returns once no flush holds ino's writes, or ctx is done, or
+// begins is false: the write turned out to continue one under way (a
+// request of it that came first was written meanwhile).
+func (w *writeHolds) wait(ctx context.Context, ino Ino, begins func() bool) error {
 	for {
 		w.mu.Lock()
 		hold := w.held[ino]
+		if hold != nil && w.pieces == nil {
+			w.pieces = make(chan struct{})
+		}
+		pieces := w.pieces
 		w.mu.Unlock()
-		if hold == nil {
+		if hold == nil || !begins() {
 			return nil
 		}
-		select {
-		case <-hold.released:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := w.await(ctx, hold, pieces); err != nil {
+			return err
 		}
+	}
+}
+
+// await waits for hold's release, or a write that ended (pieces), or the
+// end of ctx, counted among hold's waiting writes meanwhile.
+func (w *writeHolds) await(ctx context.Context, hold *writeHold, pieces chan struct{}) error {
+	w.mu.Lock()
+	hold.waiting++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		hold.waiting--
+		w.mu.Unlock()
+	}()
+	select {
+	case <-hold.released:
+	case <-pieces:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// moved wakes the held writes to look again whether they continue a
+// write under way.
+func (w *writeHolds) moved() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pieces != nil {
+		close(w.pieces)
+		w.pieces = nil
 	}
 }
