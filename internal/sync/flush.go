@@ -36,6 +36,7 @@ func (e *Exporter) Flush(ctx context.Context) error {
 		// What is left is being exported by the background exporter, was
 		// queued again by a write meanwhile, or waits for the rest of a
 		// write in pieces: give it a moment.
+		fr.expire()
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
@@ -115,6 +116,7 @@ func (e *Exporter) FlushInode(ctx context.Context, ino meta.Ino) error {
 		e.mu.Unlock()
 		if busy {
 			i++
+			fr.expire()
 			time.Sleep(10 * time.Millisecond) // the background exporter has it; wait for it
 			continue
 		}
@@ -166,7 +168,7 @@ type flushRun struct {
 // pieceWait is a flush waiting for the rest of one file's write.
 type pieceWait struct {
 	since   time.Time // when the flush found the write unfinished
-	release func()    // lets the file's new writes go again
+	release func()    // lets the file's new writes go again (once)
 }
 
 func (e *Exporter) newFlushRun() *flushRun {
@@ -190,7 +192,7 @@ func (f *flushRun) waitsFor(in *meta.Inode) bool {
 	w := f.waits[in.Ino]
 	unfinished := in.UnfinishedWrite != 0 && now.Sub(time.Unix(0, in.UnfinishedWrite)) < bound
 	if unfinished && w == nil {
-		w = &pieceWait{since: now, release: f.e.cfg.HoldWrites(in.Ino)}
+		w = &pieceWait{since: now, release: gosync.OnceFunc(f.e.cfg.HoldWrites(in.Ino))}
 		f.waits[in.Ino] = w
 	}
 	if unfinished && now.Sub(w.since) < bound {
@@ -205,6 +207,19 @@ func (f *flushRun) waitsFor(in *meta.Inode) bool {
 		delete(f.waits, in.Ino)
 	}
 	return false
+}
+
+// expire lets the new writes go again to files this flush has held for
+// PieceWait already, without looking at them again (the background
+// exporter has them): a hold never outlasts the bound.
+func (f *flushRun) expire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.waits {
+		if time.Since(w.since) >= f.e.cfg.PieceWait {
+			w.release()
+		}
+	}
 }
 
 // waiting tells whether the flush is waiting for the rest of a write to
