@@ -288,7 +288,8 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		StateDir:   cfg.StateDir, DiskReserve: max(cfg.DiskReserve, 0), ReadOnly: cfg.ReadOnly})
 	poll := min(time.Second, max(cfg.ExportDelay/4, 10*time.Millisecond))
 	e.Exporter = bsync.NewExporter(e.Meta, e.Bucket, e.Importer, bsync.ExporterConfig{
-		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log})
+		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log,
+		HoldWrites: e.FS.HoldWrites})
 	return e, nil
 }
 

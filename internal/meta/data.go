@@ -113,7 +113,9 @@ const WritePiece = 1 << 20
 // write looks like a piece that more of the same write(2) will follow, see
 // Continues. The rule it keeps: the bucket receives states a write(2)
 // left, not the states between its pieces, unless the writer stalls
-// mid-write(2) for longer than the export delay plus PieceGrace.
+// mid-write(2) for longer than the export delay plus PieceGrace. A flush
+// waits for the rest of such a write at most PieceGrace too
+// (Inode.UnfinishedWrite, sync.ExporterConfig.PieceWait).
 const PieceGrace = 5 * time.Second
 
 // Continues tells whether a write of [off, off+n) looks like a piece of a
@@ -140,7 +142,22 @@ func Continues(off, n int64) bool {
 // records the change, in one transaction. now is the new mtime and ctime.
 // fn, if set, changes other fields in the same transaction (the mode: a
 // write may clear set-id bits, see vfs). It returns the inode as written.
+// Whether more of the same write is to come is guessed from where the
+// piece lies (Continues).
 func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
+	return s.writeData(ctx, ino, p, off, appending, false, now, lim, fn)
+}
+
+// WriteDataMore is WriteData for a piece that its caller knows more of the
+// same request will follow: the vfs's own split of a large write, the
+// pieces of an NFS COPY.
+func (s *Store) WriteDataMore(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
+	return s.writeData(ctx, ino, p, off, appending, true, now, lim, fn)
+}
+
+// writeData is WriteData; more says the caller knows more of the write
+// follows.
+func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
@@ -163,14 +180,18 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 		if fn != nil {
 			fn(&in)
 		}
-		due := s.now().Add(s.exportDelay)
-		if Continues(off, int64(len(p))) {
+		at := s.now()
+		due := at.Add(s.exportDelay)
+		in.UnfinishedWrite = 0
+		if more || Continues(off, int64(len(p))) {
 			// Most likely a piece of a larger write(2) that the kernel
 			// is still handing over: the quiet period gets PieceGrace
 			// more, so that a stall of the writer between two pieces
-			// does not export the state between them. The last piece
-			// brings the export back to the usual delay.
+			// does not export the state between them, and a flush waits
+			// for the rest (UnfinishedWrite). The last piece brings the
+			// export back to the usual delay.
 			due = due.Add(PieceGrace)
+			in.UnfinishedWrite = at.UnixNano()
 		}
 		return s.markChangedUntil(tx, &in, DataChange, due)
 	})
@@ -199,6 +220,28 @@ func checkDirty(tx kv.Txn, in *Inode, delta tier.Bytes, lim Limits, what string)
 	if u.Dirty+grow > lim.Dirty {
 		return fmt.Errorf("this %s would take the tier's unexported data to %d bytes, past its capacity of %d: %w",
 			what, u.Dirty+grow, lim.Dirty, syscall.ENOSPC)
+	}
+	return nil
+}
+
+// EndWrite records that the file's writes are finished (UnfinishedWrite
+// 0): the handle that wrote a piece announcing more was closed or synced,
+// so that write(2) has returned. Nothing else of the inode changes, and
+// an inode that is gone is no error.
+func (s *Store) EndWrite(ctx context.Context, ino Ino) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		in, err := s.getInode(tx, ino)
+		if errors.Is(err, syscall.ENOENT) || err == nil && in.UnfinishedWrite == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		in.UnfinishedWrite = 0
+		return putInode(tx, &in)
+	})
+	if err != nil {
+		return fmt.Errorf("end the write to inode %d: %w", ino, err)
 	}
 	return nil
 }

@@ -101,6 +101,13 @@ type Inode struct {
 	// lost+found should the file side change it through a handle it still
 	// holds.
 	Source string
+	// UnfinishedWrite is when (unix ns) the file's last write was a piece
+	// that announced more of its write to come (see Continues and
+	// WriteDataMore), while no write has ended that write since and no
+	// close or fsync of the handle that wrote it (EndWrite) has: 0 when
+	// the file's writes are finished. A flush does not export the file
+	// from a state with one, for up to PieceGrace (sync.Exporter.Flush).
+	UnfinishedWrite int64
 }
 
 // Type returns the file type bits of the mode.
@@ -187,7 +194,11 @@ func (in *Inode) encode(b []byte) []byte {
 	b = binary.AppendVarint(b, in.Backed)
 	b = binary.AppendVarint(b, in.Cached)
 	b = binary.AppendUvarint(b, in.Replaced)
+	// The fields from here on are optional: a record an earlier
+	// bucketfs wrote ends before them, and an earlier bucketfs ignores
+	// them.
 	b = binary.AppendVarint(b, in.Unexported)
+	b = binary.AppendVarint(b, in.UnfinishedWrite)
 	return b
 }
 
@@ -296,6 +307,9 @@ func decodeInode(b []byte) (Inode, error) {
 		// all its bytes as unexported: it goes on doing so.
 		in.Unexported = in.Cached
 		in.Flags |= unstamped
+	}
+	if len(d.b) > 0 {
+		in.UnfinishedWrite = d.varint()
 	}
 	if d.err != nil {
 		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)

@@ -379,20 +379,27 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 	in := Inode{Ino: 7, Mode: syscall.S_IFLNK | 0o777, Uid: 1000, Gid: 100, Nlink: 1, Size: -1,
 		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Listed | DataDirty, Backed: 5, Cached: 4096,
 		Unexported: 1000, Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
-		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/"}
+		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/", UnfinishedWrite: 1 << 40}
 	out, err := decodeInode(in.encode(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.Target != in.Target || out.Size != in.Size || len(out.Keys) != 2 || out.Keys[1].ETag != "t" ||
 		out.Base != in.Base || out.Source != in.Source || out.Flags != in.Flags || out.Mtime != in.Mtime ||
-		out.Backed != in.Backed || out.Cached != in.Cached || out.Unexported != in.Unexported {
+		out.Backed != in.Backed || out.Cached != in.Cached || out.Unexported != in.Unexported ||
+		out.UnfinishedWrite != in.UnfinishedWrite {
 		t.Fatalf("round trip: %+v", out)
 	}
-	// A record without Unexported is one from before it existed.
-	legacy := len(in.encode(nil)) - len(binary.AppendVarint(nil, in.Unexported))
-	for i := 0; i < len(in.encode(nil)); i++ {
-		if _, err := decodeInode(in.encode(nil)[:i]); err == nil && i != legacy {
+	// Records an earlier bucketfs wrote end before UnfinishedWrite, or
+	// before Unexported too.
+	full := in.encode(nil)
+	noUnfinished := len(full) - len(binary.AppendVarint(nil, in.UnfinishedWrite))
+	legacy := noUnfinished - len(binary.AppendVarint(nil, in.Unexported))
+	if out, err := decodeInode(full[:noUnfinished]); err != nil || out.UnfinishedWrite != 0 || out.Unexported != in.Unexported {
+		t.Fatalf("a record without UnfinishedWrite: %+v, %v", out, err)
+	}
+	for i := 0; i < len(full); i++ {
+		if _, err := decodeInode(full[:i]); err == nil && i != legacy && i != noUnfinished {
 			t.Fatalf("truncated record of %d bytes decoded", i)
 		}
 	}
@@ -409,7 +416,8 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 			in.Gen = 4
 		}
 		enc := in.encode(nil)
-		out, err := decodeInode(enc[:len(enc)-len(binary.AppendVarint(nil, 0))])
+		// Without Unexported and UnfinishedWrite (both 0 here, a byte each).
+		out, err := decodeInode(enc[:len(enc)-2*len(binary.AppendVarint(nil, 0))])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,10 @@
 // otherwise the inode stays queued and is exported again after the quiet
 // period.
 //
+// A flush (Flush, FlushInode) ignores the quiet period, but not the pieces
+// of one write: it does not export a file between two of them, waiting a
+// bounded time for the rest (flushRun).
+//
 // Attributes travel as object user metadata under the names s3fs uses
 // (mode, uid, gid, mtime in seconds), plus bucketfs-mtime with nanoseconds
 // and rdev for device nodes. Symlinks are objects whose body is the target;

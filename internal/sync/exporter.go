@@ -35,8 +35,16 @@ type ExporterConfig struct {
 	// must stay in the tier until the last close.
 	IsOpen func(meta.Ino) bool
 	// Locks is shared with the importer (nil: a private table).
-	Locks  *InodeLocks
-	Logger *slog.Logger
+	Locks *InodeLocks
+	// HoldWrites makes the writes to an inode that begin a new write(2)
+	// wait until release is called, while those that continue a write(2)
+	// under way go on (vfs.FS.HoldWrites); nil holds nothing. A flush
+	// holds them while it waits for a write in pieces to end.
+	HoldWrites func(meta.Ino) (release func())
+	// PieceWait bounds how long a flush waits for the rest of a write in
+	// pieces (default meta.PieceGrace, the time a timed export grants).
+	PieceWait time.Duration
+	Logger    *slog.Logger
 }
 
 // Exporter drains the export queue into the bucket.
@@ -87,6 +95,12 @@ func NewExporter(m *meta.Store, b *bucket.Client, im *Importer, cfg ExporterConf
 	if cfg.Locks == nil {
 		cfg.Locks = NewInodeLocks()
 	}
+	if cfg.HoldWrites == nil {
+		cfg.HoldWrites = func(meta.Ino) func() { return func() {} }
+	}
+	if cfg.PieceWait <= 0 {
+		cfg.PieceWait = meta.PieceGrace
+	}
 	return &Exporter{meta: m, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
 		attempts: map[meta.Ino]int{}, busy: map[meta.Ino]bool{}}
 }
@@ -122,114 +136,14 @@ func (e *Exporter) Run(ctx context.Context) {
 	}
 }
 
-// Flush exports everything queued now, ignoring the quiet period, and
-// returns once the queue is empty or an export failed.
-func (e *Exporter) Flush(ctx context.Context) error {
-	for i := 0; ; i++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		far := time.Now().Add(100 * 365 * 24 * time.Hour)
-		failed := e.drain(ctx, far)
-		n, err := e.pending(ctx, far)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		if failed > 0 && i > 3 {
-			return fmt.Errorf("flush: %d exports failed, %d still queued", failed, n)
-		}
-		// What is left is being exported by the background exporter, or was
-		// queued again by a write meanwhile: give it a moment.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// pending counts the queued inodes that still have work for the bucket.
-// An unlinked file held open whose objects are deleted stays queued only
-// to be reclaimed after its last close: Flush does not wait for that,
-// unless an export of it is under way (its upload not recorded yet).
-func (e *Exporter) pending(ctx context.Context, far time.Time) (n int, err error) {
-	queued, err := e.meta.Due(ctx, far, 1<<30)
-	if err != nil {
-		return 0, err
-	}
-	for _, q := range queued {
-		e.mu.Lock()
-		busy := e.busy[q.Ino]
-		e.mu.Unlock()
-		in, err := e.meta.Get(ctx, q.Ino)
-		if !busy && err == nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(q.Ino) {
-			continue
-		}
-		n++
-	}
-	return n, nil
-}
-
-// FlushInode exports one inode now, ignoring the quiet period, and returns
-// once the bucket has it; a conflict comes back as an error.
-func (e *Exporter) FlushInode(ctx context.Context, ino meta.Ino) error {
-	in, err := e.meta.Get(ctx, ino)
-	if err != nil {
-		return err
-	}
-	if in.IsDir() {
-		return e.Flush(ctx)
-	}
-	n, _, err := e.meta.QueueStats(ctx)
-	if err != nil || n == 0 {
-		return err
-	}
-	for i := 0; i < 100; i++ {
-		due, err := e.meta.Due(ctx, time.Now().Add(100*365*24*time.Hour), 1<<30)
-		if err != nil {
-			return err
-		}
-		var q *meta.Queued
-		for i := range due {
-			if due[i].Ino == ino {
-				q = &due[i]
-			}
-		}
-		if q == nil {
-			return nil
-		}
-		e.mu.Lock()
-		busy := e.busy[ino]
-		if !busy {
-			e.busy[ino] = true
-		}
-		e.mu.Unlock()
-		if busy {
-			time.Sleep(10 * time.Millisecond) // the background exporter has it; wait for it
-			continue
-		}
-		err = e.reconcile(ctx, *q)
-		e.mu.Lock()
-		delete(e.busy, ino)
-		e.mu.Unlock()
-		var ce *conflictError
-		if errors.As(err, &ce) {
-			e.refused(ce)
-			return fmt.Errorf("conflict: %q changed in the bucket; the bucket's version wins and this one goes to lost+found", ce.key)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("flush inode %d: still queued", ino)
-}
-
 // drain reconciles every inode due by now, Parallel at a time, and
 // returns how many failed.
 func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
+	return e.drainFor(ctx, now, nil)
+}
+
+// drainFor is drain for the flush fr (nil: a timed export).
+func (e *Exporter) drainFor(ctx context.Context, now time.Time, fr *flushRun) (failed int) {
 	due, err := e.meta.Due(ctx, now, 10000)
 	if err != nil {
 		e.log.Error("export queue", "err", err)
@@ -256,7 +170,7 @@ func (e *Exporter) drain(ctx context.Context, now time.Time) (failed int) {
 				<-sem
 				wg.Done()
 			}()
-			err := e.reconcile(ctx, q)
+			err := e.reconcileFor(ctx, q, fr)
 			var ce *conflictError
 			if errors.As(err, &ce) {
 				e.refused(ce)
@@ -328,6 +242,12 @@ func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
 // file data, so that what it uploads (bytes, size, generation, names,
 // attributes) is one state the file had.
 func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
+	return e.reconcileFor(ctx, q, nil)
+}
+
+// reconcileFor is reconcile for the flush fr (nil: a timed export), which
+// does not export a file in the middle of a write (flushRun.waitsFor).
+func (e *Exporter) reconcileFor(ctx context.Context, q meta.Queued, fr *flushRun) error {
 	unlock := e.cfg.Locks.Lock(q.Ino)
 	defer unlock()
 	snap, err := e.meta.Snapshot(ctx)
@@ -353,6 +273,10 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 		return err
 	} else if queued && due != q.Due {
 		e.log.Debug("export deferred", "ino", q.Ino, "reason", "changed since the queue was read", "due_in", time.Until(time.Unix(0, due)).Round(time.Millisecond))
+		return nil
+	}
+	if fr.waitsFor(&in) {
+		e.log.Debug("export deferred", "ino", q.Ino, "reason", "a flush waits for the rest of a write in pieces")
 		return nil
 	}
 	if in.Ino == meta.RootIno || in.Has(meta.NoExport) {

@@ -459,98 +459,12 @@ func (s objectSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 	return s.fs.bucket.ReadAt(ctx, s.obj.Key, s.obj.VersionID, p, off)
 }
 
-// maxWrite bounds the bytes one transaction writes; a larger write is
-// several, as the kernel splits a large write(2) into requests anyway.
-const maxWrite = meta.WritePiece
-
-// Write writes p at off (at the end of file for O_APPEND handles) as a
-// writer with CAP_FSETID, which leaves set-id bits alone (setid.go; see
-// WriteClearingSetID for anyone else). Each piece of at most maxWrite
-// bytes lands in the tier in the same transaction as its record in the
-// namespace.
-func (h *Handle) Write(ctx context.Context, p []byte, off int64) (int, error) {
-	return h.write(ctx, p, off, nil)
-}
-
-// write is Write with fn applied to the inode in the transaction of the
-// first piece.
-func (h *Handle) write(ctx context.Context, p []byte, off int64, fn func(in *meta.Inode)) (int, error) {
-	if err := h.fs.writable(); err != nil {
-		return 0, err
-	}
-	if !h.writable {
-		return 0, syscall.EBADF
-	}
-	appending := h.flags&syscall.O_APPEND != 0
-	if off < 0 && !appending {
-		return 0, syscall.EINVAL
-	}
-	fs := h.fs
-	fs.used.Touch(uint64(h.ino))
-	if err := fs.diskSpace(); err != nil {
-		return 0, err
-	}
-	done := 0
-	var last meta.Inode
-	for done < len(p) {
-		n := min(len(p)-done, maxWrite)
-		in, err := fs.meta.WriteData(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits, fn)
-		if err != nil {
-			if done > 0 {
-				return done, nil // a short write; the next one meets the error
-			}
-			return 0, err
-		}
-		last, fn = in, nil
-		done += n
-		fs.counters.written.Add(int64(n))
-	}
-	if err := h.endPieces(ctx, last.Size, off, done, appending); err != nil {
-		return 0, err
-	}
-	return done, nil
-}
-
-// endPieces keeps a write(2) that came in several pieces whole across a
-// crash once it has returned. Each piece is its own transaction, committed
-// without a sync, so a crash soon after the write returned could keep its
-// first pieces and lose the last ones: a state the writer never saw
-// returned. The piece that ends such a write (one that follows a piece
-// with more to come and has none itself, or a call that wrote several
-// pieces) syncs the store before the write returns, which makes every
-// piece durable at once; a write of one piece needs nothing, as a crash
-// keeps it whole or not at all. size is the file's size after the write,
-// for an appending handle whose offset the store chose.
-func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending bool) error {
-	if appending {
-		off = size - int64(n)
-	}
-	end := off + int64(n)
-	lastOff := off + int64((n-1)/maxWrite*maxWrite)
-	h.mu.Lock()
-	followed := h.pieceEnd == off
-	if meta.Continues(lastOff, end-lastOff) {
-		h.pieceEnd = end
-	} else {
-		h.pieceEnd = -1
-	}
-	more := h.pieceEnd >= 0
-	h.mu.Unlock()
-	if more || !followed && n <= maxWrite {
-		return nil
-	}
-	return h.fs.meta.Sync(ctx)
-}
-
-// Fsync makes the file's data and metadata durable: one sync of the store
-// that holds both.
-func (h *Handle) Fsync(ctx context.Context) error {
-	return h.fs.meta.Sync(ctx)
-}
-
 // Release closes the handle; the last close of an unlinked file lets the
 // exporter reclaim it.
 func (h *Handle) Release(ctx context.Context) {
+	if err := h.endWrite(ctx); err != nil {
+		h.fs.log.Warn("end the last write at the close of a handle", "ino", h.ino, "err", err)
+	}
 	h.mu.Lock()
 	if h.ra != nil {
 		h.ra.Close()

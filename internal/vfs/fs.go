@@ -98,6 +98,7 @@ type FS struct {
 	inv      invalidators
 	counters counters
 	disk     diskCheck
+	holds    writeHolds // new writes held for a flush (write.go)
 }
 
 // New assembles an FS.

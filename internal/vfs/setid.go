@@ -76,7 +76,7 @@ func clearSetIDOnChown(in *meta.Inode, c Cred) {
 // attributes does not expect from a write (a FUSE kernel keeps its cached
 // mode across one).
 func (h *Handle) WriteClearingSetID(ctx context.Context, c Cred, p []byte, off int64) (n int, cleared bool, err error) {
-	n, err = h.write(ctx, p, off, func(in *meta.Inode) {
+	n, err = h.write(ctx, p, off, false, func(in *meta.Inode) {
 		if clearSetID(in, c) {
 			cleared = true
 		}

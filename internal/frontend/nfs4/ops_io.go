@@ -214,22 +214,17 @@ func (q *request) copy(a *nfsv4.Copy4args) nfsv4.Copy4res {
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
 	count = min(count, maxCopy)
-	buf := make([]byte, min(count, maxIO))
-	var done uint64
-	for done < count {
-		p := buf[:min(uint64(len(buf)), count-done)]
-		n, err := src.h.Read(q.ctx, p, int64(a.CaSrcOffset+done))
-		if err != nil && n == 0 {
-			return fail(statusOf(err))
-		}
-		if n == 0 {
-			break
-		}
-		if _, err := q.writeAt(dst.h, p[:n], int64(a.CaDstOffset+done)); err != nil {
-			return fail(statusOf(err))
-		}
-		done += uint64(n)
+	// One write, never exported half done (vfs.CopyRange); it clears
+	// set-id bits as a WRITE by the same caller would (writeAt).
+	var clearFor *vfs.Cred
+	if !q.fsetid() {
+		clearFor = &q.cred
 	}
+	n, err := vfs.CopyRange(q.ctx, src.h, int64(a.CaSrcOffset), dst.h, int64(a.CaDstOffset), int64(count), clearFor)
+	if err != nil {
+		return fail(statusOf(err))
+	}
+	done := uint64(n)
 	if err := dst.h.Fsync(q.ctx); err != nil {
 		return fail(statusOf(err))
 	}
