@@ -12,7 +12,7 @@ import (
 // and its owner reaches it: lost+found is shared as /tmp is (01777), so
 // the owner reads the saved copy and may remove it, while another user
 // is kept out by the file's own mode and by the sticky bit.
-func TestASavedFileKeepsItsOwnerAndModeAndItsOwnerCanReadAndRemoveIt(t *testing.T) {
+func TestAFileSavedInLostFoundKeepsItsOwnerAndModeAndItsOwnerCanReadAndRemoveIt(t *testing.T) {
 	e := newEnv(t, withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
 	forwardEvents(e)
 	openMount(t, e)
