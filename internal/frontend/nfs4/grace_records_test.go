@@ -143,3 +143,29 @@ func TestARecordWhoseLeaseRanOutBeforeTheStopIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// The record of a client that holds state follows its lease coarsely: a
+// renewal more than a quarter lease past the stored one is stored, so a
+// crash does not make a live client's lease look run out at the next
+// start.
+func TestTheRecordOfAClientThatHoldsStateFollowsItsRenewals(t *testing.T) {
+	lease := 400 * time.Millisecond
+	e := newEnv(t, Options{LeaseTime: lease})
+	c := e.dial(0, userCred)
+	confirmedOpen40(t, c, "renewing40", "held")
+	stored := func() time.Time {
+		recs, err := e.eng.Meta.ClientRecords(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeClientRecord(recs["4.0:renewing40"]).renewed
+	}
+	first := stored()
+	if first.IsZero() {
+		t.Fatal("the client's record holds no renewal time")
+	}
+	waitFor(t, func() bool {
+		c.do(&nfsv4.NfsArgop4_OP_RENEW{Oprenew: nfsv4.Renew4args{Clientid: c.clientID}})
+		return stored().Sub(first) > lease/4
+	}, "a later renewal to be stored")
+}
