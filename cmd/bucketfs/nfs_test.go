@@ -89,3 +89,33 @@ func TestLibnfsListsReadsAndWritesFilesOnServe(t *testing.T) {
 		t.Fatalf("nfs-ls /:\n%s", out)
 	}
 }
+
+// One-shot NFSv4.0 clients (nfs-cp, nfs-cat) hold no state once they have
+// exited, so a restart of `serve` right after them has no grace period:
+// the next nfs-cat reads at once (libnfs does not retry NFS4ERR_GRACE),
+// and the log says why (issue 22).
+func TestLibnfsClientsThatExitedHoldUpNothingAfterAServeRestart(t *testing.T) {
+	p := newFS(t)
+	port := startServe(t, p)
+	url := func(port, path string) string {
+		return fmt.Sprintf("nfs://127.0.0.1/%s?version=4&nfsport=%s", path, port)
+	}
+	small := []byte("copied before the restart\n")
+	src := filepath.Join(t.TempDir(), "small.txt")
+	if err := os.WriteFile(src, small, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	libnfs(t, "nfs-cp", src, url(port, "/small.txt"))
+	if got := libnfs(t, "nfs-cat", url(port, "/small.txt")); !bytes.Equal(got, small) {
+		t.Fatalf("nfs-cat before the restart: %q", got)
+	}
+
+	p.stop()
+	port = startServe(t, p)
+	if got := libnfs(t, "nfs-cat", url(port, "/small.txt")); !bytes.Equal(got, small) {
+		t.Fatalf("nfs-cat after the restart: %q", got)
+	}
+	if !strings.Contains(p.log.String(), "no grace period") {
+		t.Errorf("the restarted server did not say there is no grace period:\n%s", p.log)
+	}
+}

@@ -57,3 +57,28 @@ func (s *Store) DeleteClientRecord(ctx context.Context, owner string) error {
 	}
 	return nil
 }
+
+// ChangeClientRecords stores the records of put and removes those of del
+// in one atomic change, durable when it returns.
+func (s *Store) ChangeClientRecords(ctx context.Context, put map[string][]byte, del []string) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		for owner, rec := range put {
+			if err := tx.Set(clientKey(owner), rec); err != nil {
+				return err
+			}
+		}
+		for _, owner := range del {
+			if err := tx.Delete(clientKey(owner)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = s.kv.Sync(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("change client records: %w", err)
+	}
+	return nil
+}

@@ -50,8 +50,8 @@ func mustCreate(t *testing.T, s *Store, parent Ino, name string, mode uint32) In
 
 // A new file system's root takes the owner and directory mode of the
 // defaults (root and 0755 when none are given); lost+found has the same
-// owner and stays 0700.
-func TestNewFileSystemHasTheDefaultRootAndAPrivateLostFound(t *testing.T) {
+// owner and is shared as /tmp is (LostFoundMode).
+func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		defaults *Defaults
@@ -83,7 +83,7 @@ func TestNewFileSystemHasTheDefaultRootAndAPrivateLostFound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if lf.Mode != syscall.S_IFDIR|0o700 || lf.Uid != tc.uid || lf.Gid != tc.gid || !lf.Has(NoExport) {
+			if lf.Mode != syscall.S_IFDIR|LostFoundMode || lf.Uid != tc.uid || lf.Gid != tc.gid || !lf.Has(NoExport) {
 				t.Fatalf("lost+found mode %o uid %d gid %d flags %b", lf.Mode, lf.Uid, lf.Gid, lf.Flags)
 			}
 			if _, err := s.Remove(ctx, RootIno, s.LostFoundName(), true, nil); !errors.Is(err, syscall.EPERM) {

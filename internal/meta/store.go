@@ -85,7 +85,9 @@ type Store struct {
 
 // Open loads the namespace from db, creating a new file system when db is
 // empty: a root directory with the owner and directory mode of
-// opt.Defaults, and the lost+found directory (the same owner, mode 0700).
+// opt.Defaults, and the lost+found directory (the same owner,
+// LostFoundMode). An existing file system's lost+found made 0700 is given
+// LostFoundMode once (shareLostFound).
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound,
 		defaults: StandardDefaults()}
@@ -99,7 +101,7 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		v, err := tx.Get(keyFsid)
 		if err == nil {
 			s.fsid = string(v)
-			return nil
+			return s.shareLostFound(tx)
 		}
 		if !errors.Is(err, kv.ErrNotFound) {
 			return err
@@ -139,9 +141,11 @@ func (s *Store) format(tx kv.Txn) error {
 	if err := putInode(tx, &root); err != nil {
 		return err
 	}
-	lf := Inode{Mode: syscall.S_IFDIR | 0o700, Uid: root.Uid, Gid: root.Gid, Flags: Listed | NoExport}
-	_, err := s.create(tx, RootIno, s.LostFoundName(), lf)
-	return err
+	lf := Inode{Mode: syscall.S_IFDIR | LostFoundMode, Uid: root.Uid, Gid: root.Gid, Flags: Listed | NoExport}
+	if _, err := s.create(tx, RootIno, s.LostFoundName(), lf); err != nil {
+		return err
+	}
+	return tx.Set(keyLostFoundShared, nil)
 }
 
 // Fsid is the file system's random id, fixed when it was created.

@@ -52,11 +52,11 @@ func (e *env) allVersions() []string {
 }
 
 // A new file system's root and lost+found belong to --uid and --gid; the
-// root has --dir-mode, lost+found stays 0700.
+// root has --dir-mode, lost+found is 01777 (shared as /tmp is).
 func TestANewFileSystemsRootHasTheGivenOwnerAndDirMode(t *testing.T) {
 	e := newEnv(t, withDefaults(someDefaults))
 	wantOwner(t, e.mnt, 1234, 5678, 0o750)
-	wantOwner(t, e.path(e.eng.Meta.LostFoundName()), 1234, 5678, 0o700)
+	wantOwner(t, e.path(e.eng.Meta.LostFoundName()), 1234, 5678, 0o1777)
 }
 
 // Objects another tool put in the bucket without bucketfs's attributes,

@@ -2,6 +2,8 @@ package nfs4
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -18,15 +20,18 @@ import (
 // Which clients may reclaim is kept in stable storage: the file system's
 // kv (meta client records), one record per client owner, written and
 // synced before the client's first open is granted (recordClient) and
-// removed, durably, when its lease expires or it destroys its client id,
-// before its locks are released to others. A record names the principal
-// that made the client (caller.principal), and only that principal may
-// reclaim through it.
+// removed, durably, when its lease expires or it destroys its client id
+// (before its locks are released to others), or soon after it holds no
+// open any more (records.go). A record names the principal that made the client
+// (caller.principal), and only that principal may reclaim through it; it
+// also holds, coarsely, when the client last renewed its lease.
 //
-// The grace period starts when the server starts with records left by
-// the previous instance, lasts one lease, and ends early once every
-// recorded client has sent RECLAIM_COMPLETE (a 4.0 client cannot: with
-// one recorded, the grace period runs its whole lease). When it ends, the
+// The grace period starts when the server starts with records of clients
+// that held state when the previous instance stopped (records.go drops
+// those whose lease had run out before), lasts one lease, and ends early
+// once every recorded client has sent RECLAIM_COMPLETE (a 4.0 client
+// cannot: with one recorded, the grace period runs its whole lease). With
+// no such record there is no grace period at all. When it ends, the
 // records of the clients that did not come back are removed: their state
 // is lost to them, as a client that lost its lease.
 //
@@ -58,24 +63,28 @@ type graceState struct {
 	pruned bool
 }
 
-// startGrace loads the previous instance's client records and, if there
-// are any, starts the grace period.
+// startGrace loads the previous instance's client records and, if any
+// client held state when it stopped, starts the grace period.
 func (s *Server) startGrace(ctx context.Context) error {
-	recs, err := s.fs.Meta().ClientRecords(ctx)
+	recs, err := s.loadRecords(ctx)
 	if err != nil {
 		return err
 	}
 	g := &s.state.grace
+	owners := make([]string, 0, len(recs))
 	for owner, principal := range recs {
-		g.reclaimable[owner] = string(principal)
+		g.reclaimable[owner] = principal
+		owners = append(owners, owner)
 	}
 	if len(recs) == 0 {
 		g.over, g.pruned = true, true
+		s.log.Info("no grace period: no NFS client of the previous run holds state")
 		return nil
 	}
+	slices.Sort(owners)
 	g.end = time.Now().Add(s.lease)
-	s.log.Info("grace period: clients of the previous run may reclaim their opens and locks; new ones wait",
-		"clients", len(recs), "until", g.end.Format(time.RFC3339))
+	s.log.Info(fmt.Sprintf("grace period of %v for %d NFS clients that held state: they may reclaim their opens and locks, new ones wait until they have (4.1: RECLAIM_COMPLETE) or the period ends",
+		s.lease, len(recs)), "clients", fmt.Sprintf("%q", owners), "until", g.end.Format(time.RFC3339))
 	return nil
 }
 
@@ -151,32 +160,46 @@ func (t *stateTable) heldOnBehalf(cl *client) bool {
 }
 
 // recordClient makes sure cl's record is in stable storage before the
-// client is granted its first open: without it, a restart would not let
-// the client reclaim, or would let someone else take its locks first.
+// client is granted an open: without it, a restart would not let the
+// client reclaim, or would let someone else take its locks first. On
+// NFS4_OK the grant is under way until the caller calls granted, and the
+// record stays until then (keepRecords).
 func (s *Server) recordClient(ctx context.Context, cl *client) nfsv4.Nfsstat4 {
 	t := s.state
 	t.mu.Lock()
-	done := cl.recorded || t.heldOnBehalf(cl)
-	t.mu.Unlock()
-	if done {
+	if cl.recorded || t.heldOnBehalf(cl) {
+		cl.granting++
+		t.mu.Unlock()
 		return nfsv4.NFS4_OK
 	}
+	t.mu.Unlock()
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
 	t.mu.Lock()
-	done = cl.recorded || t.heldOnBehalf(cl)
-	t.mu.Unlock()
-	if done {
+	if cl.recorded || t.heldOnBehalf(cl) {
+		cl.granting++
+		t.mu.Unlock()
 		return nfsv4.NFS4_OK
 	}
-	if err := s.fs.Meta().PutClientRecord(ctx, cl.key, []byte(cl.principal)); err != nil {
+	rec := clientRecord{principal: cl.principal, renewed: cl.lastRenew}
+	t.mu.Unlock()
+	if err := s.fs.Meta().PutClientRecord(ctx, cl.key, encodeClientRecord(rec)); err != nil {
 		s.log.Error("recording an NFS client in stable storage", "client", cl.id, "err", err)
 		return statusOf(err)
 	}
 	t.mu.Lock()
-	cl.recorded = true
+	cl.recorded, cl.recordedRenew = true, rec.renewed
+	cl.granting++
 	t.mu.Unlock()
 	return nfsv4.NFS4_OK
+}
+
+// granted ends a grant recordClient let begin, whether it made an open
+// or failed.
+func (s *Server) granted(cl *client) {
+	s.state.mu.Lock()
+	cl.granting--
+	s.state.mu.Unlock()
 }
 
 // forgetClient removes the record of a client that lost its state (lease

@@ -67,6 +67,7 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	if st := q.s.recordClient(q.ctx, cl); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
+	defer q.s.granted(cl)
 
 	var (
 		h       *vfs.Handle

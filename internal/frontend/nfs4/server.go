@@ -218,8 +218,8 @@ func (s *Server) dropConn(c *conn) {
 }
 
 // Close stops every listener and connection and releases all open files
-// and locks the clients held, keeping their records so that they may
-// reclaim them from the next server on this file system.
+// and locks the clients held, keeping the records of those that held any
+// so that they may reclaim them from the next server on this file system.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -240,8 +240,9 @@ func (s *Server) Close() error {
 	}
 	close(s.stop)
 	s.reaperWG.Wait()
-	// The clients' records stay in stable storage: to them this is a
-	// restart, after which they reclaim (grace.go).
+	// The records of the clients that hold state stay in stable storage:
+	// to them this is a restart, after which they reclaim (grace.go).
+	s.closeRecords()
 	for _, cl := range s.state.allClients() {
 		s.state.mu.Lock()
 		opens := s.state.removeClient(cl)

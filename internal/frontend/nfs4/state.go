@@ -67,8 +67,13 @@ type client struct {
 	confirmVerf [8]byte // 4.0: SETCLIENTID_CONFIRM's verifier
 	lastRenew   time.Time
 	// recorded: the client's record is in stable storage (grace.go), so
-	// it may be granted opens and locks.
-	recorded bool
+	// it may be granted opens and locks; recordedRenew is the renewal
+	// time the record holds (records.go).
+	recorded      bool
+	recordedRenew time.Time
+	// granting counts OPENs of the client between recordClient and the
+	// end of their grant (granted): its record must stay meanwhile.
+	granting int
 	// reclaimDone: 4.1 RECLAIM_COMPLETE was sent.
 	reclaimDone bool
 
@@ -340,10 +345,11 @@ func (s *Server) unref(o *openState) {
 	}
 }
 
-// reap expires clients whose lease ran out.
+// reap expires clients whose lease ran out and keeps the client records
+// up to date (records.go).
 func (s *Server) reap() {
 	defer s.reaperWG.Done()
-	tick := time.NewTicker(min(max(s.lease/4, 10*time.Millisecond), 5*time.Second))
+	tick := time.NewTicker(s.reapTick())
 	defer tick.Stop()
 	for {
 		select {
@@ -355,6 +361,7 @@ func (s *Server) reap() {
 				s.expire(cl)
 			}
 			s.pruneRecords()
+			s.keepRecords()
 			s.forgetGone(now)
 		}
 	}
