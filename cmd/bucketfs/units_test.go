@@ -10,7 +10,8 @@ import (
 )
 
 // The systemd units in deploy/systemd call commands and flags that exist
-// (a renamed flag would otherwise break them unnoticed).
+// (a renamed flag would otherwise break them unnoticed), and show where the
+// bucket's credentials go (issue 22).
 func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
 	units, _ := filepath.Glob("../../deploy/systemd/*.service")
 	if len(units) < 2 {
@@ -24,6 +25,9 @@ func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "Type=notify") {
 			t.Errorf("%s is not Type=notify", u)
+		}
+		if !regexp.MustCompile(`(?m)^#?EnvironmentFile=/`).Match(b) {
+			t.Errorf("%s does not show where the bucket's credentials go (an EnvironmentFile= line)", u)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			cmdline, ok := strings.CutPrefix(line, "ExecStart=")
