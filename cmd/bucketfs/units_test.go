@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,10 @@ import (
 // (a renamed flag would otherwise break them unnoticed), and show where the
 // bucket's credentials go (issue 22).
 func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
-	units, _ := filepath.Glob("../../deploy/systemd/*.service")
+	// From this file's directory: a test that started the in-process
+	// store has moved the working directory (s3local's doc).
+	_, here, _, _ := runtime.Caller(0)
+	units, _ := filepath.Glob(filepath.Join(filepath.Dir(here), "../../deploy/systemd/*.service"))
 	if len(units) < 2 {
 		t.Fatalf("units found: %v", units)
 	}
