@@ -75,7 +75,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	e.Start()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s%s (state in %s)\n", e.Bucket, ln.Addr(), readOnlyNote(cfg.ReadOnly), cfg.StateDir)
-	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o vers=4.1,port=%s %s:/ /mnt/bucket\n", port, host)
+	mountOpts := "vers=4.1"
+	if nfsTLS != nil {
+		fmt.Fprintln(stdout, "bucketfs: NFS: "+tlsNote(*tlsRequired))
+		mountOpts += ",xprtsec=tls"
+	}
+	fmt.Fprintf(stdout, "bucketfs: mount with: mount -t nfs4 -o %s,port=%s %s:/ /mnt/bucket\n", mountOpts, port, host)
 	printEndpoints(stdout, e)
 	sdNotify("READY=1")
 	defer sdNotify("STOPPING=1")
@@ -86,6 +91,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// tlsNote says what NFS clients get with a certificate: TLS offered, or
+// required.
+func tlsNote(required bool) string {
+	if required {
+		return "RPC-with-TLS required: clients that do not start TLS (mount -o xprtsec=tls, tlshd running) are refused"
+	}
+	return "RPC-with-TLS offered (mount -o xprtsec=tls, tlshd running); clients without it are served in the clear (--tls-required refuses them)"
 }
 
 // parseNets reads a comma-separated list of networks (or single addresses).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,45 @@ func TestServeRefusesIncompleteTLSFlags(t *testing.T) {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("serve %v: %v\n%s\nwant an error saying %q", tc.flags, err, out, tc.want)
+		}
+	}
+}
+
+// serve says whether NFS clients get TLS and whether it is required, its
+// suggested mount command asks for TLS when the server offers it, and a
+// client refused for not starting TLS leaves a log line naming it (issue
+// 22).
+func TestServeAnnouncesTLSAndLogsTheClientsItRefuses(t *testing.T) {
+	certFile, keyFile, _ := writeCert(t)
+	for _, tc := range []struct {
+		flags     []string
+		tlsLine   string
+		mountOpts string
+	}{
+		{nil, "", "-o vers=4.1,port="},
+		{[]string{"--tls-cert", certFile, "--tls-key", keyFile}, "RPC-with-TLS offered", "-o vers=4.1,xprtsec=tls,port="},
+		{[]string{"--tls-cert", certFile, "--tls-key", keyFile, "--tls-required"}, "RPC-with-TLS required", "-o vers=4.1,xprtsec=tls,port="},
+	} {
+		p := newFS(t)
+		port := startServe(t, p, tc.flags...)
+		waitFor(t, "the mount line", func() bool { return strings.Contains(p.log.String(), "mount with:") })
+		out := p.log.String()
+		if tc.tlsLine == "" && strings.Contains(out, "RPC-with-TLS") || tc.tlsLine != "" && !strings.Contains(out, "bucketfs: NFS: "+tc.tlsLine) {
+			t.Errorf("serve %v said:\n%s\nwant a line saying %q", tc.flags, out, tc.tlsLine)
+		}
+		if !strings.Contains(out, "mount with: mount -t nfs4 "+tc.mountOpts+port+" ") {
+			t.Errorf("serve %v said:\n%s\nwant a mount command with %s%s", tc.flags, out, tc.mountOpts, port)
+		}
+		if slices.Contains(tc.flags, "--tls-required") {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, err := nfsclient.Dial(ctx, "127.0.0.1:"+port, nfsclient.Config{MinorVersion: 1})
+			cancel()
+			if err == nil {
+				t.Fatal("a plain client got through --tls-required")
+			}
+			waitFor(t, "a log line of the refused client", func() bool {
+				return strings.Contains(p.log.String(), "did not start RPC-with-TLS") && strings.Contains(p.log.String(), "client=127.0.0.1")
+			})
 		}
 	}
 }

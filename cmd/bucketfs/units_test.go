@@ -5,14 +5,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
 
 // The systemd units in deploy/systemd call commands and flags that exist
-// (a renamed flag would otherwise break them unnoticed).
+// (a renamed flag would otherwise break them unnoticed), and show where the
+// bucket's credentials go (issue 22).
 func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
-	units, _ := filepath.Glob("../../deploy/systemd/*.service")
+	// From this file's directory: a test that started the in-process
+	// store has moved the working directory (s3local's doc).
+	_, here, _, _ := runtime.Caller(0)
+	units, _ := filepath.Glob(filepath.Join(filepath.Dir(here), "../../deploy/systemd/*.service"))
 	if len(units) < 2 {
 		t.Fatalf("units found: %v", units)
 	}
@@ -24,6 +29,9 @@ func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "Type=notify") {
 			t.Errorf("%s is not Type=notify", u)
+		}
+		if !regexp.MustCompile(`(?m)^#?EnvironmentFile=/`).Match(b) {
+			t.Errorf("%s does not show where the bucket's credentials go (an EnvironmentFile= line)", u)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			cmdline, ok := strings.CutPrefix(line, "ExecStart=")

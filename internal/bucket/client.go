@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -76,6 +77,10 @@ type Config struct {
 	// race), and each of their conditional writes is confirmed from the
 	// key's version list, at the cost of one listing request.
 	TrustConditionalWrites bool
+	// Logger gets the word that the store does not answer the first
+	// contact (CheckVersioning) while it is still retried; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Client reads and writes objects in one bucket under one prefix. It is safe
@@ -86,9 +91,10 @@ type Client struct {
 	prefix      string
 	opTimeout   time.Duration
 	maxAttempts int
-	endpoint    string // as configured ("" for AWS or the environment's)
+	endpoint    string // the store's URL, from any source; "" for AWS's own
 	accessKey   string // as configured ("" for the credential chain's)
 	readOnly    bool
+	log         *slog.Logger
 	stats       counters
 	// headBeforeWrite is set when the store ignores conditional writes.
 	headBeforeWrite atomic.Bool
@@ -127,9 +133,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prefix:      normalisePrefix(cfg.Prefix),
 		opTimeout:   cfg.OpTimeout,
 		maxAttempts: cfg.MaxAttempts,
-		endpoint:    cfg.Endpoint,
 		accessKey:   cfg.AccessKey,
 		readOnly:    cfg.ReadOnly,
+		log:         cfg.Logger,
+	}
+	if c.log == nil {
+		c.log = slog.Default()
 	}
 	if c.opTimeout <= 0 {
 		c.opTimeout = defaultOpTimeout
@@ -182,16 +191,22 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if awsCfg.Region == "" {
 		awsCfg.Region = defaultRegion
 	}
-	pathStyle := cfg.PathStyle || cfg.Endpoint != "" || awsCfg.BaseEndpoint != nil
 	c.s3 = s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
-		o.UsePathStyle = pathStyle
-		// The endpoint as resolved from the configuration and the
-		// environment (AWS_ENDPOINT_URL_S3 too); "" for AWS S3's own.
-		c.confirmWrites = !cfg.TrustConditionalWrites && !isAWS(aws.ToString(o.BaseEndpoint))
+		// o.BaseEndpoint holds what the environment and config files
+		// said (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, endpoint_url),
+		// resolved before these options run.
+		c.endpoint = aws.ToString(o.BaseEndpoint)
+		o.UsePathStyle = cfg.PathStyle || c.endpoint != ""
+		c.confirmWrites = !cfg.TrustConditionalWrites && !isAWS(c.endpoint)
 	})
+	if c.endpoint != "" {
+		if err := checkEndpoint(c.endpoint, endpointSource(cfg)); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -243,11 +258,18 @@ func (c *Client) Prefix() string { return c.prefix }
 func (c *Client) String() string { return "s3://" + c.bucket + "/" + c.prefix }
 
 // CheckVersioning returns nil if versioning is enabled on the bucket, and an
-// error wrapping ErrNotVersioned that says how to enable it otherwise.
+// error wrapping ErrNotVersioned that says how to enable it otherwise. It is
+// the first contact with the store: while the store does not answer it
+// logs, once, that it is retrying and where (firstContact), and its error
+// says in one line what is wrong (explain).
 func (c *Client) CheckVersioning(ctx context.Context) error {
 	op := c.startOp(ctx)
 	defer op.done()
-	out, err := c.s3.GetBucketVersioning(op.ctx, &s3.GetBucketVersioningInput{Bucket: &c.bucket})
+	watch := c.watchFirstContact()
+	out, err := c.s3.GetBucketVersioning(op.ctx, &s3.GetBucketVersioningInput{Bucket: &c.bucket}, func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, watch.attempts)
+	})
+	watch.stop()
 	if err != nil {
 		return c.explain(c.fail(op, "check versioning of", "", err))
 	}

@@ -1,9 +1,11 @@
 package bucket
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/smithy-go"
 )
@@ -17,8 +19,8 @@ import (
 func (c *Client) explain(err error) error {
 	where := c.where()
 	key := "the access key in use"
-	if c.accessKey != "" {
-		key = "access key " + c.accessKey
+	if id := c.accessKeyInUse(); id != "" {
+		key = "access key " + id
 	}
 	var apiErr smithy.APIError
 	code := ""
@@ -47,12 +49,34 @@ func (c *Client) explain(err error) error {
 	return err
 }
 
-// where names the store: its endpoint, or AWS.
+// where names the store: the endpoint requests go to, wherever it was
+// configured, or AWS.
 func (c *Client) where() string {
 	if c.endpoint != "" {
 		return c.endpoint
 	}
 	return "AWS S3"
+}
+
+// accessKeyInUse is the configured access key id, else the one the
+// credential chain gave (the environment, a profile), else "". The chain's
+// answer is cached from the request that failed, so asking again costs no
+// request.
+func (c *Client) accessKeyInUse() string {
+	if c.accessKey != "" {
+		return c.accessKey
+	}
+	creds := c.s3.Options().Credentials
+	if creds == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := creds.Retrieve(ctx)
+	if err != nil {
+		return ""
+	}
+	return v.AccessKeyID
 }
 
 // isNoCredentials reports an error of the SDK's credential chain finding

@@ -208,7 +208,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	}
 	bcfg := bucket.Config{Bucket: cfg.Bucket, Prefix: cfg.Prefix, Endpoint: cfg.Endpoint,
 		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region, OpTimeout: cfg.OpTimeout,
-		ReadOnly: cfg.ReadOnly, TrustConditionalWrites: cfg.TrustConditionalWrites}
+		ReadOnly: cfg.ReadOnly, TrustConditionalWrites: cfg.TrustConditionalWrites, Logger: cfg.Logger}
 	if cfg.Bucket == "" {
 		// The embedded store tells the importer of every object change in
 		// process: no webhook to configure.

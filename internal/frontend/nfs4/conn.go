@@ -177,6 +177,7 @@ func (s *Server) handleCall(ctx context.Context, c *conn, rec []byte) ([]byte, e
 	}
 	if s.opts.TLSRequired && (c == nil || !c.tls.Load()) {
 		// Nothing but the probe (tls.go) before TLS.
+		s.noteTLSRefused(c)
 		return denied(msg.Xid, &rpcv2.RejectedReply_AUTH_ERROR{Stat: rpcv2.AUTH_TOOWEAK}), nil
 	}
 	var who caller

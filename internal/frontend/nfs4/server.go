@@ -88,6 +88,8 @@ type Server struct {
 
 	inflight chan struct{} // server-wide request slots
 
+	tlsRefusals refusalLog // tls.go
+
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}

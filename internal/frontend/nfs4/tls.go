@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
@@ -110,6 +111,67 @@ func (c *conn) write(reply []byte) error {
 func replyWithVerifier(xid uint32, v rpcv2.OpaqueAuth) []byte {
 	return reply(xid, &rpcv2.ReplyBody_MSG_ACCEPTED{Areply: rpcv2.AcceptedReply{
 		Verf: v, ReplyData: &rpcv2.AcceptedReplyData_SUCCESS{}}}, nil)
+}
+
+// tlsRefusalLogEvery is how often a client address refused for not
+// starting TLS is logged at most; tlsRefusalLogCap bounds the addresses
+// remembered for it.
+const (
+	tlsRefusalLogEvery = time.Minute
+	tlsRefusalLogCap   = 4096
+)
+
+// refusalLog rate-limits the log line of a client refused for not
+// starting TLS. Invariant: an address is logged at most once per
+// tlsRefusalLogEvery, however many calls and connections it makes, and at
+// most tlsRefusalLogCap addresses are remembered; while that many were
+// logged within the interval, further new addresses go unlogged rather than
+// flood the log. The zero value is ready to use.
+type refusalLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time // client address (no port) -> when last logged
+}
+
+// due reports whether the refusal of a client at host should be logged
+// now, and if so notes it.
+func (r *refusalLog) due(host string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.last[host]; ok && now.Sub(at) < tlsRefusalLogEvery {
+		return false
+	}
+	if r.last == nil {
+		r.last = map[string]time.Time{}
+	}
+	if len(r.last) >= tlsRefusalLogCap {
+		for h, at := range r.last {
+			if now.Sub(at) >= tlsRefusalLogEvery {
+				delete(r.last, h)
+			}
+		}
+		if len(r.last) >= tlsRefusalLogCap {
+			return false
+		}
+	}
+	r.last[host] = now
+	return true
+}
+
+// noteTLSRefused logs that a call on c was refused because the connection
+// did not start TLS while Options.TLSRequired, rate-limited per client
+// address (refusalLog).
+func (s *Server) noteTLSRefused(c *conn) {
+	if c == nil {
+		return
+	}
+	host, _, err := net.SplitHostPort(c.raw.RemoteAddr().String())
+	if err != nil {
+		host = c.raw.RemoteAddr().String()
+	}
+	if s.tlsRefusals.due(host, time.Now()) {
+		s.log.Info("call refused: the client did not start RPC-with-TLS, which this server requires (mount with -o xprtsec=tls, tlshd running)",
+			"client", host, "next_report_after", tlsRefusalLogEvery)
+	}
 }
 
 // prefixedConn is a connection whose first bytes were read already.

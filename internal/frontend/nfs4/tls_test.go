@@ -7,7 +7,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -66,7 +68,9 @@ func (c *tappedConn) Read(b []byte) (int, error) {
 // tapped listener.
 func serveOn(t *testing.T, e *env, opts Options) (addr string, tap *tappedListener) {
 	t.Helper()
-	opts.Logger = quietLogger
+	if opts.Logger == nil {
+		opts.Logger = quietLogger
+	}
 	srv, err := New(context.Background(), e.eng.FS, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +176,65 @@ func TestAServerWithoutACertificateDoesNotOfferTLS(t *testing.T) {
 	c := e.dial(1, userCred)
 	c.session("plain")
 	c.do(putroot(), getfh())
+}
+
+// lockedLog is a log destination safe to read while the server writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines are the lines that match re.
+func (l *lockedLog) lines(re string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if regexp.MustCompile(re).MatchString(line) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// A client refused for not starting TLS leaves a log line naming its
+// address (issue 22), once per address however many calls and connections
+// it makes, so that a misconfigured client is seen without flooding the
+// log; another address gets its own line.
+func TestAClientRefusedForNotStartingTLSIsLoggedOncePerAddress(t *testing.T) {
+	e := newEnv(t, Options{})
+	cert, _ := testCert(t)
+	var log lockedLog
+	addr, _ := serveOn(t, e, Options{TLS: ServerTLSConfig(cert), TLSRequired: true,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	refusedFrom := func(local string) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		nc, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		plain := &tclient{t: t, cred: userCred, nc: nc, br: bufio.NewReader(nc)}
+		for range 3 {
+			body, _ := plain.rpc(nfsProgram, 4, 1, encodeArgs("plain", 0, []nfsv4.NfsArgop4{putroot()}))
+			if _, ok := body.(*rpcv2.ReplyBody_MSG_DENIED); !ok {
+				t.Fatalf("a plain COMPOUND from %s against TLSRequired was answered %T", local, body)
+			}
+		}
+	}
+	refusedFrom("127.0.0.1")
+	refusedFrom("127.0.0.1") // another connection, same address
+	refusedFrom("127.0.0.2")
+	const what = "did not start RPC-with-TLS"
+	first, second := log.lines(`client=127\.0\.0\.1\b`), log.lines(`client=127\.0\.0\.2\b`)
+	if len(first) != 1 || !strings.Contains(first[0], what) || len(second) != 1 || !strings.Contains(second[0], what) {
+		t.Errorf("log lines for 127.0.0.1: %q\nfor 127.0.0.2: %q\nwant one each saying the client %s", first, second, what)
+	}
 }
