@@ -326,8 +326,9 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 		return startInBackground(args, filepath.Join(dir, "bucketfs.log"), stdout)
 	}
 	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
-		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
-			mountpoint, len(ents))
+		hidden := count(int64(len(ents)), "entry is", "entries are")
+		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %s hidden while the bucket is mounted over them\n",
+			mountpoint, hidden)
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -389,45 +390,16 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 			asks <- sig
 		}
 	}()
-	return serveUntilUnmounted(mountpoint, srv.Unmount, unmounted, asks, stdout)
-}
-
-// serveUntilUnmounted keeps the mount up until it is unmounted (umount,
-// fusermount3 -u, bucketfs unmount) or a signal asks for it. If the
-// mount is busy, a first signal does not end it: it says which processes
-// hold it and waits; a second one detaches it lazily (it goes from the
-// directory tree at once, and the processes that held it get errors).
-func serveUntilUnmounted(mnt string, unmount func() error, unmounted <-chan struct{}, sigs <-chan os.Signal, stdout io.Writer) error {
-	asked := 0
-	for {
-		select {
-		case <-unmounted:
-			fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
-			return nil
-		case <-sigs:
-			asked++
-			err := unmount()
-			if err == nil {
-				<-unmounted
-				fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
-				return nil
-			}
-			if asked == 1 {
-				who := strings.Join(holders(mnt), ", ")
-				if who == "" {
-					who = "unknown processes"
-				}
-				fmt.Fprintf(stdout, "bucketfs: %s is busy, in use by %s; close them and press Ctrl-C again, or press it again now to detach it lazily (%v)\n",
-					mnt, who, err)
-				continue
-			}
-			if err := unmountDir(mnt, true); err != nil {
-				return fmt.Errorf("detach %s: %w", mnt, err)
-			}
-			fmt.Fprintf(stdout, "bucketfs: detached %s lazily; processes still using it get errors\n", mnt)
-			return nil
-		}
+	m := &liveMount{dir: mountpoint, stateDir: e.StateDir(), conn: fuseConnection(mountpoint),
+		unmount: srv.Unmount, unmounted: unmounted, stdout: stdout,
+		pending: func() int {
+			n, _, _ := e.Meta.QueueStats(context.Background())
+			return n
+		}}
+	if !cfg.ReadOnly {
+		m.flush = e.Exporter.Flush
 	}
+	return m.serveUntilUnmounted(asks)
 }
 
 // checkMountpoint refuses a missing mountpoint, a file, or one that is
