@@ -39,7 +39,8 @@ const version = "0.1.0-dev"
 
 // versionLine is the version with what the build info says of the source:
 // the VCS revision (and whether the tree had changes), the time of that
-// commit, and the Go release.
+// commit, or else the module version, or else "unknown revision"; and the
+// Go release.
 func versionLine() string {
 	s := "bucketfs " + version
 	bi, ok := debug.ReadBuildInfo()
@@ -64,6 +65,8 @@ func versionLine() string {
 		s += fmt.Sprintf(" (revision %.12s%s, committed %s)", rev, dirty, at)
 	case bi.Main.Version != "" && bi.Main.Version != "(devel)":
 		s += " (module " + bi.Main.Version + ")" // go install bucketfs@version
+	default:
+		s += " (unknown revision)" // built with -buildvcs=false, or outside a checkout
 	}
 	return s + ", " + bi.GoVersion
 }
@@ -79,11 +82,24 @@ func main() {
 		}
 		args = a
 	}
-	if err := run(args, os.Stdout, os.Stderr); err != nil {
+	stdout, stderr := io.Writer(os.Stdout), io.Writer(os.Stderr)
+	var status *statusLog
+	if os.Getenv(readyFDEnv) != "" {
+		// The child of mount --background: both go to its log file,
+		// where every line is a log record.
+		status = newStatusLog(os.Stderr)
+		stdout, stderr = status, status
+		slog.SetDefault(slog.New(status.h))
+	}
+	if err := run(args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the flags were printed
 		}
-		fmt.Fprintln(os.Stderr, "bucketfs:", err)
+		if status != nil {
+			status.record(slog.LevelError, err.Error())
+		} else {
+			fmt.Fprintln(os.Stderr, "bucketfs:", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -261,6 +277,8 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 	}
 }
 
+// logger is the process's log, to w at level; it becomes slog's and the
+// log package's default.
 func logger(level string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	switch strings.ToLower(level) {
@@ -275,7 +293,11 @@ func logger(level string, w io.Writer) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	log := slog.New(slog.NewTextHandler(logOutput(w), &slog.HandlerOptions{Level: l}))
+	// What libraries log with the log package (go-fuse, net/http) comes
+	// out in the same format, with its time.
+	slog.SetDefault(log)
+	return log, nil
 }
 
 func mount(args []string, stdout, stderr io.Writer) (err error) {

@@ -164,10 +164,10 @@ func stateDirOfPath(path string) (stateDir, mnt string, err error) {
 func onMount(path, mnt string) error {
 	var p, m syscall.Stat_t
 	if err := syscall.Stat(path, &p); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := syscall.Stat(mnt, &m); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", mnt, err)
 	}
 	if p.Dev != m.Dev {
 		return fmt.Errorf("%s is not on the bucketfs mount at %s", path, mnt)

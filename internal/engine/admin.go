@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -122,7 +123,10 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		return fmt.Errorf("admin socket: %w", err)
 	}
 	os.Chmod(sock, 0o600)
-	servers := []*http.Server{{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second}}
+	// What net/http logs itself (a failed TLS handshake, a handler's
+	// panic) goes to our log, in its format, as a warning.
+	errorLog := slog.NewLogLogger(e.log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errorLog}}
 	lns := []net.Listener{ln}
 	if listen != "" {
 		tl, err := net.Listen("tcp", listen)
@@ -134,7 +138,7 @@ func (e *Engine) serveAdmin(ctx context.Context, listen string) error {
 		if e.cfg.TLS != nil {
 			tl = tls.NewListener(tl, e.cfg.TLS)
 		}
-		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errorLog})
 		lns = append(lns, tl)
 	}
 	for i, srv := range servers {
@@ -242,6 +246,9 @@ func errReadOnlyFlush(ctx context.Context, e *Engine) error {
 	n, _, err := e.Meta.QueueStats(ctx)
 	if err != nil || n == 0 {
 		return errors.New("read-only: nothing is exported")
+	}
+	if n == 1 {
+		return errors.New("read-only: nothing is exported; 1 pending export waits for a start without --read-only")
 	}
 	return fmt.Errorf("read-only: nothing is exported; %d pending exports wait for a start without --read-only", n)
 }
