@@ -140,11 +140,16 @@ func fuseConnection(mnt string) string {
 
 // abortConnection ends the FUSE connection conn: every request waiting on
 // it and every later one fails (ENOTCONN), and the FUSE server stops. It
-// needs fusectl mounted at /sys/fs/fuse/connections (as systemd does) and
-// the right to write there (the mount's owner, or root).
+// needs fusectl mounted at /sys/fs/fuse/connections (systemd mounts it;
+// root mounts it here if not) and the right to write there (the mount's
+// owner, or root).
 func abortConnection(conn string) error {
 	if conn == "" {
 		return errors.New("the mount's FUSE connection is not known")
 	}
-	return os.WriteFile(filepath.Join("/sys/fs/fuse/connections", conn, "abort"), []byte("1"), 0)
+	const fusectl = "/sys/fs/fuse/connections"
+	if _, err := os.Stat(filepath.Join(fusectl, conn)); err != nil && os.Geteuid() == 0 {
+		syscall.Mount("fusectl", fusectl, "fusectl", 0, "")
+	}
+	return os.WriteFile(filepath.Join(fusectl, conn, "abort"), []byte("1"), 0)
 }
