@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/tls"
 	"net"
 	"os"
 	"os/exec"
@@ -145,10 +144,6 @@ func TestTheBackgroundLogIsOneFormatWithTimes(t *testing.T) {
 	c.Write([]byte("GET /metrics HTTP/1.0\r\n\r\n"))
 	c.Read(make([]byte, 64))
 	c.Close()
-	tc, err := tls.Dial("tcp", metrics, &tls.Config{InsecureSkipVerify: true})
-	if err == nil {
-		tc.Close()
-	}
 	logPath := filepath.Join(p.stateDir, "bucketfs.log")
 	waitFor(t, "the HTTP server's line in the log", func() bool {
 		b, _ := os.ReadFile(logPath)
