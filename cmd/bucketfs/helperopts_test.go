@@ -124,7 +124,7 @@ func TestABackgroundStartOverANonEmptyDirectoryNotesItOnTheTerminal(t *testing.T
 			if err != nil || !fusetest.Mounted(p.mnt) {
 				t.Fatalf("%s: %v\n%s", how, err, out)
 			}
-			if !strings.Contains(out, p.mnt+" is not empty; its 1 entries are hidden") {
+			if !strings.Contains(out, p.mnt+" is not empty; its 1 entry is hidden") {
 				t.Errorf("%s over a non-empty directory said nothing to its caller:\n%s", how, out)
 			}
 		})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestUnmountExportsPendingChangesWhenAskedAndWaitsForTheProcess(t *testing.T
 	}
 	writeSynced(t, filepath.Join(p.mnt, "b.txt"), []byte("left pending"))
 	out, err = bucketfs("unmount", p.mnt)
-	if err != nil || !strings.Contains(out, "1 changes not yet exported go out at the next start") {
+	if err != nil || !strings.Contains(out, "1 change not yet exported goes out at the next start") {
 		t.Errorf("unmount with a change pending: %v\n%s", err, out)
 	}
 	p.cmd.Wait()
@@ -105,6 +106,7 @@ func TestCtrlCOnABusyMountNamesTheHolderAndASecondDetaches(t *testing.T) {
 	if !strings.Contains(p.log.String(), "(sleep)") {
 		t.Errorf("the busy message does not name the holder:\n%s", p.log)
 	}
+	assertOneLineBusyMessage(t, p.log.String())
 	if !fusetest.Mounted(p.mnt) || p.cmd.ProcessState != nil {
 		t.Fatalf("the first Ctrl-C ended the mount:\n%s", p.log)
 	}
@@ -125,6 +127,82 @@ func TestCtrlCOnABusyMountNamesTheHolderAndASecondDetaches(t *testing.T) {
 	if fusetest.Mounted(p.mnt) {
 		t.Errorf("%s is still mounted after the lazy detach", p.mnt)
 	}
+}
+
+// assertOneLineBusyMessage checks that the lines of out that say a mount is
+// busy are each one line naming who holds it, with none of fusermount3's
+// own text (issue 22).
+func assertOneLineBusyMessage(t *testing.T, out string) {
+	t.Helper()
+	busy := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "is busy") {
+			busy++
+			if !strings.Contains(line, "in use by ") {
+				t.Errorf("a busy message that names no holder: %q", line)
+			}
+		}
+	}
+	if busy == 0 {
+		t.Errorf("no line says the mount is busy:\n%s", out)
+	}
+	for _, raw := range []string{"fusermount", "code exit status", "Device or resource busy"} {
+		if strings.Contains(out, raw) {
+			t.Errorf("the output carries %q:\n%s", raw, out)
+		}
+	}
+}
+
+// SIGTERM, what service managers send, ends bucketfs even while another
+// process holds the mount (issue 22): it detaches the mount lazily, exports
+// what is pending, ends the connection (the holders get errors, not a dead
+// mount) and exits; what was written before is in the bucket.
+func TestSIGTERMOnABusyMountExportsDetachesLazilyAndExits(t *testing.T) {
+	p := newFS(t)
+	p.start("--export-delay", "1h")
+	holder := exec.Command("sleep", "60")
+	holder.Dir = p.mnt
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	f, err := os.Create(filepath.Join(p.mnt, "open.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.Write([]byte("written while the mount was busy")); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("bucketfs after SIGTERM on a busy mount: %v\n%s", err, p.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("SIGTERM on a busy mount did not end bucketfs (systemd would SIGKILL it and leave a dead mount):\n%s", p.log)
+	}
+	if fusetest.Mounted(p.mnt) {
+		t.Errorf("%s is still mounted after bucketfs ended", p.mnt)
+	}
+	log := p.log.String()
+	assertOneLineBusyMessage(t, log)
+	if !strings.Contains(log, "(sleep)") || !strings.Contains(log, "detached it lazily") ||
+		!strings.Contains(log, "after exporting everything pending") && !strings.Contains(log, "go out at the next start") {
+		t.Errorf("the log does not say who held the mount, that it was detached lazily and what became of the changes:\n%s", log)
+	}
+	_, err = f.Write([]byte(" and after"))
+	if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) && !errors.Is(err, syscall.EIO) {
+		t.Errorf("a write to a file held open across the detach: %v, want ENOTCONN (the connection is gone)", err)
+	}
+	p.start("--export-delay", "1h") // the embedded store runs in the mount's process
+	if b, ok := p.object("open.txt"); !ok || string(b) != "written while the mount was busy" {
+		t.Errorf("after SIGTERM on a busy mount the bucket has %q (%v)", b, ok)
+	}
+	p.stop()
 }
 
 // A dead mount left by a killed process is cleared by the next start
@@ -151,7 +229,7 @@ func TestStartClearsADeadMountAndNotesANonEmptyMountpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.start()
-	if !strings.Contains(p.log.String(), "is not empty; its 1 entries are hidden") {
+	if !strings.Contains(p.log.String(), "is not empty; its 1 entry is hidden") {
 		t.Errorf("mounting over a non-empty directory said nothing:\n%s", p.log)
 	}
 	p.stop()

@@ -39,7 +39,8 @@ const version = "0.1.0-dev"
 
 // versionLine is the version with what the build info says of the source:
 // the VCS revision (and whether the tree had changes), the time of that
-// commit, and the Go release.
+// commit, or else the module version, or else "unknown revision"; and the
+// Go release.
 func versionLine() string {
 	s := "bucketfs " + version
 	bi, ok := debug.ReadBuildInfo()
@@ -64,6 +65,8 @@ func versionLine() string {
 		s += fmt.Sprintf(" (revision %.12s%s, committed %s)", rev, dirty, at)
 	case bi.Main.Version != "" && bi.Main.Version != "(devel)":
 		s += " (module " + bi.Main.Version + ")" // go install bucketfs@version
+	default:
+		s += " (unknown revision)" // built with -buildvcs=false, or outside a checkout
 	}
 	return s + ", " + bi.GoVersion
 }
@@ -79,11 +82,24 @@ func main() {
 		}
 		args = a
 	}
-	if err := run(args, os.Stdout, os.Stderr); err != nil {
+	stdout, stderr := io.Writer(os.Stdout), io.Writer(os.Stderr)
+	var status *statusLog
+	if os.Getenv(readyFDEnv) != "" {
+		// The child of mount --background: both go to its log file,
+		// where every line is a log record.
+		status = newStatusLog(os.Stderr)
+		stdout, stderr = status, status
+		slog.SetDefault(slog.New(status.h))
+	}
+	if err := run(args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the flags were printed
 		}
-		fmt.Fprintln(os.Stderr, "bucketfs:", err)
+		if status != nil {
+			status.record(slog.LevelError, err.Error())
+		} else {
+			fmt.Fprintln(os.Stderr, "bucketfs:", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -271,6 +287,8 @@ func printEndpoints(stdout io.Writer, e *engine.Engine) {
 	}
 }
 
+// logger is the process's log, to w at level; it becomes slog's and the
+// log package's default.
 func logger(level string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	switch strings.ToLower(level) {
@@ -285,7 +303,11 @@ func logger(level string, w io.Writer) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	log := slog.New(slog.NewTextHandler(logOutput(w), &slog.HandlerOptions{Level: l}))
+	// What libraries log with the log package (go-fuse, net/http) comes
+	// out in the same format, with its time.
+	slog.SetDefault(log)
+	return log, nil
 }
 
 func mount(args []string, stdout, stderr io.Writer) (err error) {
@@ -334,8 +356,9 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 	// Said before a background start detaches, so that it reaches the
 	// caller's terminal (the child says it again in its log).
 	if ents, err := os.ReadDir(mountpoint); err == nil && len(ents) > 0 {
-		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %d entries are hidden while the bucket is mounted over them\n",
-			mountpoint, len(ents))
+		hidden := count(int64(len(ents)), "entry is", "entries are")
+		fmt.Fprintf(stderr, "bucketfs: note: %s is not empty; its %s hidden while the bucket is mounted over them\n",
+			mountpoint, hidden)
 	}
 	if *background {
 		dir, err := filepath.Abs(cfg.StateDir)
@@ -404,45 +427,16 @@ func mount(args []string, stdout, stderr io.Writer) (err error) {
 			asks <- sig
 		}
 	}()
-	return serveUntilUnmounted(mountpoint, srv.Unmount, unmounted, asks, stdout)
-}
-
-// serveUntilUnmounted keeps the mount up until it is unmounted (umount,
-// fusermount3 -u, bucketfs unmount) or a signal asks for it. If the
-// mount is busy, a first signal does not end it: it says which processes
-// hold it and waits; a second one detaches it lazily (it goes from the
-// directory tree at once, and the processes that held it get errors).
-func serveUntilUnmounted(mnt string, unmount func() error, unmounted <-chan struct{}, sigs <-chan os.Signal, stdout io.Writer) error {
-	asked := 0
-	for {
-		select {
-		case <-unmounted:
-			fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
-			return nil
-		case <-sigs:
-			asked++
-			err := unmount()
-			if err == nil {
-				<-unmounted
-				fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
-				return nil
-			}
-			if asked == 1 {
-				who := strings.Join(holders(mnt), ", ")
-				if who == "" {
-					who = "unknown processes"
-				}
-				fmt.Fprintf(stdout, "bucketfs: %s is busy, in use by %s; close them and press Ctrl-C again, or press it again now to detach it lazily (%v)\n",
-					mnt, who, err)
-				continue
-			}
-			if err := unmountDir(mnt, true); err != nil {
-				return fmt.Errorf("detach %s: %w", mnt, err)
-			}
-			fmt.Fprintf(stdout, "bucketfs: detached %s lazily; processes still using it get errors\n", mnt)
-			return nil
-		}
+	m := &liveMount{dir: mountpoint, stateDir: e.StateDir(), conn: fuseConnection(mountpoint),
+		unmount: srv.Unmount, unmounted: unmounted, stdout: stdout,
+		pending: func() int {
+			n, _, _ := e.Meta.QueueStats(context.Background())
+			return n
+		}}
+	if !cfg.ReadOnly {
+		m.flush = e.Exporter.Flush
 	}
+	return m.serveUntilUnmounted(asks)
 }
 
 // checkMountpoint refuses a missing mountpoint, a file, or one that is

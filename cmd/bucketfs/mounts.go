@@ -74,6 +74,7 @@ func mountedAt(stateDir string) string {
 // mountEntry is one line of /proc/self/mountinfo.
 type mountEntry struct {
 	dir, fstype, source string
+	dev                 string // MAJOR:MINOR of the file system
 }
 
 // mounts reads /proc/self/mountinfo.
@@ -98,7 +99,7 @@ func mounts() ([]mountEntry, error) {
 		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		out = append(out, mountEntry{dir: unescapeMount(fields[4]), fstype: fields[sep+1], source: unescapeMount(fields[sep+2])})
+		out = append(out, mountEntry{dir: unescapeMount(fields[4]), fstype: fields[sep+1], source: unescapeMount(fields[sep+2]), dev: fields[2]})
 	}
 	return out, sc.Err()
 }
@@ -163,10 +164,10 @@ func stateDirOfPath(path string) (stateDir, mnt string, err error) {
 func onMount(path, mnt string) error {
 	var p, m syscall.Stat_t
 	if err := syscall.Stat(path, &p); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := syscall.Stat(mnt, &m); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", mnt, err)
 	}
 	if p.Dev != m.Dev {
 		return fmt.Errorf("%s is not on the bucketfs mount at %s", path, mnt)

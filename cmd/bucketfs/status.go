@@ -109,10 +109,10 @@ func printStatus(w io.Writer, st *engine.Status) {
 	}
 	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
 		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
-	fmt.Fprintf(w, "  exported          %d (%s), %d failed attempts, %d refused by a bucket-side change\n",
-		st.Exported, human(st.ExportedBytes), st.ExportFailures, st.ExportConflicts)
-	fmt.Fprintf(w, "  imported          %d objects; last import lag %s; events applied %d, dropped %d, queued %d\n",
-		st.Imported, dur(st.LastImportLagS), st.EventsApplied, st.EventsDropped, st.EventsPending)
+	fmt.Fprintf(w, "  exported          %d (%s), %s, %d refused by a bucket-side change\n",
+		st.Exported, human(st.ExportedBytes), count(st.ExportFailures, "failed attempt", "failed attempts"), st.ExportConflicts)
+	fmt.Fprintf(w, "  imported          %s; last import lag %s; events applied %d, dropped %d, queued %d\n",
+		count(st.Imported, "object", "objects"), dur(st.LastImportLagS), st.EventsApplied, st.EventsDropped, st.EventsPending)
 	if !st.LastPoll.IsZero() {
 		fmt.Fprintf(w, "  last poll         %s ago\n", time.Since(st.LastPoll).Round(time.Second))
 	}
@@ -122,15 +122,16 @@ func printStatus(w io.Writer, st *engine.Status) {
 	}
 	fmt.Fprintln(w)
 	for _, l := range st.Listings {
-		fmt.Fprintf(w, "  listing           %q: %d keys so far, %s\n", l.Prefix, l.Keys, dur(l.RunningS))
+		fmt.Fprintf(w, "  listing           %q: %s so far, %s\n", l.Prefix, count(l.Keys, "key", "keys"), dur(l.RunningS))
 	}
 	fmt.Fprintf(w, "  conflicts         %d (lost+found holds %d)\n", st.ImportConflicts, st.LostFound)
 	fmt.Fprintf(w, "  tier              %s (dirty %s, clean %s)\n", human(st.TierBytes), human(st.TierDirtyBytes), human(st.TierCleanBytes))
-	fmt.Fprintf(w, "  data              read %s from the tier, %s direct; written %s; %d metadata operations\n",
-		human(st.Data.ReadTierBytes), human(st.Data.ReadDirectBytes), human(st.Data.WriteBytes), st.Data.MetadataOps)
+	fmt.Fprintf(w, "  data              read %s from the tier, %s direct; written %s; %s\n",
+		human(st.Data.ReadTierBytes), human(st.Data.ReadDirectBytes), human(st.Data.WriteBytes),
+		count(st.Data.MetadataOps, "metadata operation", "metadata operations"))
 	s := st.S3
-	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%d retries)\n",
-		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, s.Retries)
+	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%s)\n",
+		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, count(int64(s.Retries), "retry", "retries"))
 	fmt.Fprintf(w, "  S3 bytes          read %s, written %s\n", human(int64(s.BytesRead)), human(int64(s.BytesWritten)))
 }
 
@@ -220,8 +221,9 @@ func unmountCmd(args []string, stdout, stderr io.Writer) error {
 	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system (found from MOUNTPOINT when not given)")
 	flushFirst := fset.Bool("flush", false, "export everything pending before unmounting, so the bucket has it all")
 	if err := parseFlags(fset, args, stdout, command{name: "unmount", synopsis: "unmount [--flush] MOUNTPOINT",
-		about: "Unmounts a bucketfs mount and waits for it to stop. Changes not yet exported stay\\n" +
-			"in the state directory and go out at the next start, unless --flush exports them first.",
+		about: "Unmounts a bucketfs mount and waits for it to stop. Changes not yet exported stay\n" +
+			"in the state directory and go out at the next start, unless --flush exports them first.\n" +
+			"A mount that processes still use stays mounted: the error names them.",
 		example: "bucketfs unmount --flush /mnt/data"}); err != nil {
 		return err
 	}
@@ -248,9 +250,8 @@ func unmountCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := unmountDir(mnt, false); err != nil {
 		if errors.Is(err, syscall.EBUSY) {
-			if who := holders(mnt); len(who) > 0 {
-				return fmt.Errorf("%s is busy, in use by %s", mnt, strings.Join(who, ", "))
-			}
+			return fmt.Errorf("%s is busy, in use by %s; still mounted (close them and run this again, or stop its bucketfs with SIGTERM to detach it lazily)",
+				mnt, busyHolders(mnt))
 		}
 		return err
 	}
@@ -269,10 +270,23 @@ func unmountCmd(args []string, stdout, stderr io.Writer) error {
 		time.Sleep(50 * time.Millisecond) // polling the process, not synchronising with it
 	}
 	if err == nil && st.PendingExports > 0 && !*flushFirst {
-		fmt.Fprintf(stdout, "bucketfs: unmounted %s; %d changes not yet exported go out at the next start (bucketfs unmount --flush exports them first)\n",
-			mnt, st.PendingExports)
+		goOut := "go out"
+		if st.PendingExports == 1 {
+			goOut = "goes out"
+		}
+		fmt.Fprintf(stdout, "bucketfs: unmounted %s; %s not yet exported %s at the next start (bucketfs unmount --flush exports them first)\n",
+			mnt, count(int64(st.PendingExports), "change", "changes"), goOut)
 		return nil
 	}
 	fmt.Fprintf(stdout, "bucketfs: unmounted %s\n", mnt)
 	return nil
+}
+
+// count is n with the noun in the number n asks for: "1 change",
+// "2 changes".
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

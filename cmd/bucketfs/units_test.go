@@ -7,7 +7,11 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"bucketfs/internal/fusetest"
 )
 
 // The systemd units in deploy/systemd call commands and flags that exist
@@ -41,7 +45,7 @@ func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
 			if !ok {
 				continue
 			}
-			fields := strings.Fields(cmdline)
+			_, fields := execCommand(cmdline)
 			if len(fields) < 2 || filepath.Base(fields[0]) != "bucketfs" {
 				t.Errorf("%s: %q does not run bucketfs", u, line)
 				continue
@@ -58,4 +62,101 @@ func TestTheSystemdUnitsUseCommandsAndFlagsThatExist(t *testing.T) {
 			}
 		}
 	}
+}
+
+// execCommand splits a unit's Exec*= value into systemd's prefixes ("-":
+// a failure is ignored, "@", "+", "!", ":") and the command line.
+func execCommand(value string) (ignoreFailure bool, fields []string) {
+	v := strings.TrimLeft(value, "-@+!:")
+	return strings.Contains(value[:len(value)-len(v)], "-"), strings.Fields(v)
+}
+
+// unitSettings reads the [Service] keys of a unit file.
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(k, "#") {
+			out[k] = append(out[k], v)
+		}
+	}
+	return out
+}
+
+// The mount unit's stop path ends bucketfs even while a process holds the
+// mount (issue 22), done as systemd does it: each ExecStop= (a failure
+// fails the stop unless the line says "-"), then KillSignal= (SIGTERM) to
+// the main process unless KillMode=none; and TimeoutStopSec= leaves
+// bucketfs the time its stop may take, so that systemd never ends it with
+// SIGKILL, which would leave a dead mount.
+func TestTheMountUnitStopsABusyMountWithoutLeavingItDead(t *testing.T) {
+	unit := unitSettings(t, "../../deploy/systemd/bucketfs-mount.service")
+	if len(unit["ExecStart"]) != 1 {
+		t.Fatalf("the mount unit's ExecStart: %q", unit["ExecStart"])
+	}
+	_, start := execCommand(unit["ExecStart"][0])
+	mnt := start[len(start)-1]
+	timeout, err := time.ParseDuration(strings.ReplaceAll(strings.Join(unit["TimeoutStopSec"], ""), "min", "m"))
+	if err != nil || timeout <= busyStopFlushLimit+time.Minute {
+		t.Errorf("TimeoutStopSec=%s (%v): bucketfs may spend %s exporting on a busy stop, give it more", unit["TimeoutStopSec"], err, busyStopFlushLimit)
+	}
+	if m := strings.Join(unit["KillMode"], ""); m == "none" {
+		t.Errorf("KillMode=none: systemd would not signal bucketfs")
+	}
+	if s := strings.Join(unit["KillSignal"], ""); s != "" && s != "SIGTERM" {
+		t.Errorf("KillSignal=%s: bucketfs stops on SIGTERM", s)
+	}
+
+	p := newFS(t)
+	p.start("--export-delay", "1h")
+	holder := exec.Command("sleep", "60")
+	holder.Dir = p.mnt
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	writeSynced(t, filepath.Join(p.mnt, "before-stop.txt"), []byte("pending when the service stopped"))
+	for _, stop := range unit["ExecStop"] {
+		ignore, fields := execCommand(stop)
+		for i, f := range fields {
+			switch {
+			case i == 0:
+				fields[i] = binary
+			case f == mnt:
+				fields[i] = p.mnt
+			}
+		}
+		out, err := exec.Command(fields[0], fields[1:]...).CombinedOutput()
+		if err != nil {
+			if !ignore {
+				t.Errorf("ExecStop=%s failed on a busy mount, which fails the stop: %v\n%s", stop, err, out)
+			}
+			assertOneLineBusyMessage(t, string(out))
+		}
+	}
+	if p.cmd.ProcessState == nil {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("bucketfs at the unit's stop: %v\n%s", err, p.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the unit's stop path did not end bucketfs on a busy mount (systemd would SIGKILL it after TimeoutStopSec):\n%s", p.log)
+	}
+	if fusetest.Mounted(p.mnt) {
+		t.Errorf("%s is still mounted after the unit's stop", p.mnt)
+	}
+	p.start("--export-delay", "1h")
+	if b, ok := p.object("before-stop.txt"); !ok || string(b) != "pending when the service stopped" {
+		t.Errorf("after the unit's stop the bucket has %q (%v)", b, ok)
+	}
+	p.stop()
 }

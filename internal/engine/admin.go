@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -122,6 +123,9 @@ var ErrMetricsListen = errors.New("metrics listener")
 // and unmount --flush reach, whatever becomes of the TCP listener, and a
 // socket that cannot be made leaves the listener serving.
 func (e *Engine) serveAdmin(ctx context.Context) error {
+	// What net/http logs itself (a failed TLS handshake, a handler's
+	// panic) goes to our log, in its format, as a warning.
+	errorLog := slog.NewLogLogger(e.log.Handler(), slog.LevelWarn)
 	var servers []*http.Server
 	var lns []net.Listener
 	if e.metricsLn != nil {
@@ -129,7 +133,7 @@ func (e *Engine) serveAdmin(ctx context.Context) error {
 		if e.cfg.TLS != nil {
 			tl = tls.NewListener(tl, e.cfg.TLS)
 		}
-		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: e.ListenerHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errorLog})
 		lns = append(lns, tl)
 	}
 	sock := AdminSocket(e.cfg.StateDir)
@@ -137,7 +141,7 @@ func (e *Engine) serveAdmin(ctx context.Context) error {
 	ln, sockErr := net.Listen("unix", sock)
 	if sockErr == nil {
 		os.Chmod(sock, 0o600)
-		servers = append(servers, &http.Server{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: e.SocketHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errorLog})
 		lns = append(lns, ln)
 	}
 	for i, srv := range servers {
@@ -250,6 +254,9 @@ func errReadOnlyFlush(ctx context.Context, e *Engine) error {
 	n, _, err := e.Meta.QueueStats(ctx)
 	if err != nil || n == 0 {
 		return errors.New("read-only: nothing is exported")
+	}
+	if n == 1 {
+		return errors.New("read-only: nothing is exported; 1 pending export waits for a start without --read-only")
 	}
 	return fmt.Errorf("read-only: nothing is exported; %d pending exports wait for a start without --read-only", n)
 }

@@ -214,6 +214,9 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		// process: no webhook to configure.
 		e.Store, err = s3local.Start(ctx, s3local.Config{Dir: filepath.Join(cfg.StateDir, "s3"), Listen: cfg.S3Listen,
 			OnEvent: eng.onStoreEvent})
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("embedded store: %w: choose another --s3-listen", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("embedded store: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/versity/versitygw/auth"
@@ -275,16 +276,34 @@ func (s *Server) serve(ctx context.Context, cfg Config) error {
 			}
 			return nil
 		}
-		if !pickPort || !errors.Is(lastErr, errBind) {
+		var be *bindError
+		if !pickPort || !errors.As(lastErr, &be) {
 			return lastErr
 		}
 	}
 	return fmt.Errorf("s3local: start: no free port on %q after %d attempts: %w", host, bindAttempts, lastErr)
 }
 
-// errBind marks a failure to bind the listen address (as opposed to a
-// failure while serving).
-var errBind = errors.New("bind failed")
+// bindError is a failure to bind the listen address (as opposed to a
+// failure while serving). Its text names the address once, on one line:
+// versitygw's own error names it at each level it passes through.
+type bindError struct {
+	addr string
+	err  error
+}
+
+func (e *bindError) Error() string {
+	if errors.Is(e.err, syscall.EADDRINUSE) {
+		return e.addr + " is in use by another program"
+	}
+	reason := e.err.Error()
+	if op := (*net.OpError)(nil); errors.As(e.err, &op) {
+		reason = op.Err.Error() // without "listen tcp ADDR: "
+	}
+	return "cannot listen on " + e.addr + ": " + reason
+}
+
+func (e *bindError) Unwrap() error { return e.err }
 
 // serveOn starts the S3 API on addr and waits until it listens.
 func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
@@ -326,7 +345,7 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		if err == nil {
 			err = errors.New("server stopped before listening")
 		}
-		return fmt.Errorf("s3local: start: serve on %s: %w: %w", addr, errBind, err)
+		return &bindError{addr: addr, err: err}
 	case <-ctx.Done():
 		// Shutting fiber down before it serves would race with its start,
 		// so let the (millisecond) start finish first.
