@@ -354,10 +354,12 @@ func (s *server) stop(sig syscall.Signal) {
 	}
 }
 
-// serveControl answers the guest's requests to restart a server, one per
-// connection: a line "restart-term NAME" (SIGTERM) or "restart-kill NAME"
-// (SIGKILL), answered "ok" once the server listens again on the same port
-// and state directory, or "error: ...". It returns its address.
+// serveControl answers the guest's requests, one per connection: a line
+// "restart-term NAME" (SIGTERM) or "restart-kill NAME" (SIGKILL), answered
+// "ok" once the server listens again on the same port and state
+// directory, or "error: ..."; or "time", answered with this host's clock
+// in Unix nanoseconds, which the guest sets its own by. It returns its
+// address.
 func serveControl(t *testing.T, servers map[string]*server) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -375,6 +377,11 @@ func serveControl(t *testing.T, servers map[string]*server) string {
 			go func() {
 				defer c.Close()
 				line, _ := bufio.NewReader(c).ReadString('\n')
+				if strings.TrimSpace(line) == "time" {
+					// The guest has no clock of its own worth the name.
+					fmt.Fprintln(c, time.Now().UnixNano())
+					return
+				}
 				f := strings.Fields(line)
 				sig := map[string]syscall.Signal{"restart-term": syscall.SIGTERM, "restart-kill": syscall.SIGKILL}
 				if len(f) != 2 || servers[f[1]] == nil || sig[f[0]] == 0 {

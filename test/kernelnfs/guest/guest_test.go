@@ -54,7 +54,11 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := 1
-	if err := setUp(); err != nil {
+	err := setUp()
+	if err == nil && os.Getenv(envControlPort) != "" {
+		err = syncClock()
+	}
+	if err != nil {
 		fmt.Printf("KERNELNFS-SETUP-FAILED %v\n", err)
 	} else {
 		flag.Set("test.v", "true")

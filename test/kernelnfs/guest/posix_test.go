@@ -26,6 +26,9 @@ func TestThePOSIXWorkloadsHoldThroughTheKernelClient(t *testing.T) {
 	for _, vers := range []string{"4.0", "4.1", "4.2"} {
 		t.Run("v"+vers, func(t *testing.T) {
 			minor, _ := strconv.Atoi(strings.TrimPrefix(vers, "4."))
+			if err := syncClock(); err != nil {
+				t.Fatalf("setting the clock by the host's: %v", err)
+			}
 			mnt := "/mnt/trusted-v" + vers
 			mountNFS(t, port, mnt, mountSpec{vers: vers})
 			dir := filepath.Join(mnt, "posix-v"+vers)

@@ -37,6 +37,32 @@ func askHost(t *testing.T, req string) {
 	}
 }
 
+// syncClock sets the guest's clock to the host's. The guest starts from
+// QEMU's clock, whole seconds off; the servers stamp times by the host's,
+// and UTIME_NOW over NFS is the server's now, which the POSIX workloads
+// compare with the client's.
+func syncClock() error {
+	c, err := net.Dial("tcp", net.JoinHostPort(serverAddr, os.Getenv(envControlPort)))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	sent := time.Now()
+	fmt.Fprintln(c, "time")
+	reply, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	var host int64
+	if _, err := fmt.Sscan(reply, &host); err != nil {
+		return fmt.Errorf("the host's time %q: %w", reply, err)
+	}
+	now := host + int64(time.Since(sent)/2)
+	ts := unix.NsecToTimespec(now)
+	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+}
+
 // kernelLog is the guest kernel's message buffer.
 func kernelLog(t *testing.T) string {
 	t.Helper()
