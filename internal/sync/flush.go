@@ -31,7 +31,11 @@ func (e *Exporter) Flush(ctx context.Context) error {
 			return nil
 		}
 		if failed > 0 && i > 3 {
-			return fmt.Errorf("flush: %d exports failed, %d still queued", failed, n)
+			exports := "exports"
+			if failed == 1 {
+				exports = "export"
+			}
+			return fmt.Errorf("flush: %d %s failed, %d still queued", failed, exports, n)
 		}
 		// What is left is being exported by the background exporter, was
 		// queued again by a write meanwhile, or waits for the rest of a
