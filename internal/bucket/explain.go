@@ -40,7 +40,7 @@ func (c *Client) explain(err error) error {
 		if c.readOnly {
 			need = "s3:ListBucket, s3:GetBucketVersioning, s3:GetObject and s3:GetObjectVersion"
 		}
-		return fmt.Errorf("%s may not use bucket %q (%s): it needs %s on it", key, c.bucket, code, need)
+		return fmt.Errorf("%s may not use bucket %q at %s (%s): it needs %s on it", key, c.bucket, where, code, need)
 	case isNoCredentials(err):
 		return errors.New("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with ~/.aws/credentials, or run where an instance or container role is available")
 	case errors.Is(err, ErrUnavailable):

@@ -77,7 +77,7 @@ func TestAccessDeniedSaysWhichPermissionsAreNeeded(t *testing.T) {
 		if err != nil {
 			msg = err.Error()
 		}
-		want := `access key AKIDLIMITED may not use bucket "locked" (AccessDenied): it needs s3:ListBucket, s3:GetBucketVersioning, s3:GetObject`
+		want := `access key AKIDLIMITED may not use bucket "locked" at ` + srv.URL + ` (AccessDenied): it needs s3:ListBucket, s3:GetBucketVersioning, s3:GetObject`
 		if !strings.Contains(msg, want) || strings.Contains(msg, "RequestID") || strings.Contains(msg, "s3:PutObject") == ro {
 			t.Errorf("read-only %v: %q\nwant one line containing %q, with s3:PutObject only when not read-only", ro, msg, want)
 		}
