@@ -94,7 +94,8 @@ func unitSettings(t *testing.T, path string) map[string][]string {
 // bucketfs the time its stop may take, so that systemd never ends it with
 // SIGKILL, which would leave a dead mount.
 func TestTheMountUnitStopsABusyMountWithoutLeavingItDead(t *testing.T) {
-	unit := unitSettings(t, "../../deploy/systemd/bucketfs-mount.service")
+	_, here, _, _ := runtime.Caller(0) // not the working directory: the in-process store may change it
+	unit := unitSettings(t, filepath.Join(filepath.Dir(here), "../../deploy/systemd/bucketfs-mount.service"))
 	if len(unit["ExecStart"]) != 1 {
 		t.Fatalf("the mount unit's ExecStart: %q", unit["ExecStart"])
 	}
