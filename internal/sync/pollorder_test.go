@@ -39,7 +39,7 @@ type heldEnv struct {
 func newHeldEnv(t *testing.T) *heldEnv {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
-	h := s3test.NewListHolder(t, srv.Endpoint)
+	h := s3test.NewListHolder(t, srv)
 	client := func(endpoint string) *bucket.Client {
 		b, err := bucket.New(context.Background(), bucket.Config{Bucket: name, Prefix: "fs/", Endpoint: endpoint,
 			AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region, OpTimeout: 10 * time.Second})
