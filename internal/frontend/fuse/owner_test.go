@@ -257,7 +257,7 @@ func TestAReadOnlyMountRefusesChangesAndExportsNothing(t *testing.T) {
 	rec := httptest.NewRecorder()
 	e.eng.SocketHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/flush", nil))
 	if body, _ := io.ReadAll(rec.Body); rec.Code != http.StatusConflict || !strings.Contains(string(body), "read-only") ||
-		!strings.Contains(string(body), "1 pending exports wait for a start without --read-only") {
+		!strings.Contains(string(body), "1 pending export waits for a start without --read-only") {
 		t.Errorf("flush of a read-only file system: %d %q", rec.Code, body)
 	}
 	flushCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
