@@ -178,37 +178,46 @@ func onMount(path, mnt string) error {
 // holders lists the processes that use something under mnt (working
 // directory, root, open files), as "PID (NAME)".
 func holders(mnt string) []string {
-	procs, _ := filepath.Glob("/proc/[0-9]*")
 	under := func(p string) bool { return p == mnt || strings.HasPrefix(p, mnt+"/") }
-	self := strconv.Itoa(os.Getpid())
+	return processesUsing(false, []string{"cwd", "root"}, under)
+}
+
+// processesUsing lists, as "PID (NAME)" and sorted, the processes with a
+// link among links (of /proc/PID: cwd, root) or an open file whose target
+// match accepts; this process too only with self.
+func processesUsing(self bool, links []string, match func(target string) bool) []string {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	me := strconv.Itoa(os.Getpid())
 	var out []string
 	for _, proc := range procs {
 		pid := filepath.Base(proc)
-		if pid == self {
+		if pid == me && !self {
 			continue
 		}
-		uses := false
-		for _, link := range []string{"cwd", "root"} {
-			if t, err := os.Readlink(filepath.Join(proc, link)); err == nil && under(t) {
-				uses = true
-			}
-		}
-		if !uses {
-			fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
-			for _, fd := range fds {
-				if t, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && under(t) {
-					uses = true
-					break
-				}
-			}
-		}
-		if uses {
+		if uses(proc, links, match) {
 			name, _ := os.ReadFile(filepath.Join(proc, "comm"))
 			out = append(out, fmt.Sprintf("%s (%s)", pid, strings.TrimSpace(string(name))))
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// uses tells whether the process at proc (/proc/PID) has a link among
+// links or an open file whose target match accepts.
+func uses(proc string, links []string, match func(target string) bool) bool {
+	for _, link := range links {
+		if t, err := os.Readlink(filepath.Join(proc, link)); err == nil && match(t) {
+			return true
+		}
+	}
+	fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
+	for _, fd := range fds {
+		if t, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && match(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // unmountDir unmounts a FUSE mount: directly as root, through fusermount3

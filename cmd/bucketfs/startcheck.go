@@ -109,20 +109,9 @@ func portHolder(addr string) string {
 	if len(sockets) == 0 {
 		return "another program"
 	}
-	var who []string
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, proc := range procs {
-		fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
-		for _, fd := range fds {
-			if t, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && sockets[t] {
-				name, _ := os.ReadFile(filepath.Join(proc, "comm"))
-				who = append(who, fmt.Sprintf("pid %s (%s)", filepath.Base(proc), strings.TrimSpace(string(name))))
-				break
-			}
-		}
-	}
+	who := processesUsing(true, nil, func(t string) bool { return sockets[t] })
 	if len(who) == 0 {
 		return "another program"
 	}
-	return strings.Join(who, ", ")
+	return "pid " + strings.Join(who, ", pid ")
 }

@@ -104,10 +104,9 @@ func (m *liveMount) detach(who string, flush bool) error {
 	switch {
 	case n == 0 && flush && m.flush != nil:
 		line += " after exporting everything pending"
-	case n == 1:
-		line += fmt.Sprintf("; 1 change not yet exported stays in %s and goes out at the next start", m.stateDir)
-	case n > 1:
-		line += fmt.Sprintf("; %d changes not yet exported stay in %s and go out at the next start", n, m.stateDir)
+	case n > 0:
+		line += "; " + count(int64(n), "change not yet exported stays in "+m.stateDir+" and goes out",
+			"changes not yet exported stay in "+m.stateDir+" and go out") + " at the next start"
 	}
 	fmt.Fprintln(m.stdout, line+"; those processes now get errors (ENOTCONN) from it")
 	return nil

@@ -6,30 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"bucketfs/internal/fusetest"
 	"bucketfs/internal/s3test"
+	"bucketfs/internal/testlog"
 )
-
-// lockedBuffer collects a process's output; safe to read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // storeEnv is an environment with the given AWS variables and none of
 // the caller's AWS settings (profiles, config files, instance metadata).
@@ -98,7 +80,7 @@ func TestAnUnreachableStoreIsAnnouncedWhileBucketfsRetries(t *testing.T) {
 	endpoint := "http://" + ln.Addr().String()
 	ln.Close() // nothing listens there now
 	mnt := t.TempDir()
-	var out lockedBuffer
+	var out testlog.Log
 	cmd := exec.Command(binary, "mount", "--state-dir", t.TempDir(), "--bucket", "s3://b", "--endpoint", endpoint, mnt)
 	cmd.Env = storeEnv("AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1")
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,16 +37,11 @@ func raceProxy(t *testing.T, key string, after bool, other func(c *Client) Objec
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return true
 		}
-		rec := httptest.NewRecorder()
-		p.Forward(rec, r)
-		if after {
-			*theirs = other(direct)
-		}
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
+		p.ForwardThen(w, r, func() {
+			if after {
+				*theirs = other(direct)
+			}
+		})
 		return true
 	})
 	t.Cleanup(func() {

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"bucketfs/internal/s3test"
+	"bucketfs/internal/testlog"
 )
 
 // Set-up errors name the endpoint the requests went to, also when it came
@@ -88,24 +88,6 @@ func TestAnEndpointWithoutASchemeIsRefusedWithOneLine(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe to read while the client writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A store that does not answer at the first contact is announced while the
 // client still retries, naming the endpoint, not only when the operation
 // bound runs out: both for a port nobody listens on (each attempt fails at
@@ -152,7 +134,7 @@ func TestAnUnreachableStoreIsAnnouncedWhileRetrying(t *testing.T) {
 	for name, addrOf := range map[string]func(*testing.T) string{"refusing": refusing, "silent": silent} {
 		t.Run(name, func(t *testing.T) {
 			endpoint := "http://" + addrOf(t)
-			var log syncBuffer
+			var log testlog.Log
 			c, err := New(context.Background(), Config{Bucket: "b", Endpoint: endpoint, Region: "us-east-1",
 				AccessKey: "k", SecretKey: "s", OpTimeout: 10 * time.Minute,
 				Logger: slog.New(slog.NewTextHandler(&log, nil))})

@@ -19,4 +19,8 @@
 //
 // Events lets a test watch the object events of one bucket; the store's
 // single OnEvent callback fans them out by bucket name.
+//
+// Proxy puts a fault-injecting proxy in front of the store, for an
+// interleaving a real store shows only under a race; ListHolder, built on
+// it, holds back the store's answer to one chosen LIST.
 package s3test

@@ -2,11 +2,10 @@ package s3test
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sync"
 	"testing"
+
+	"bucketfs/internal/s3local"
 )
 
 // ListRequest is what a LIST (ListObjectsV2) asks for.
@@ -15,9 +14,9 @@ type ListRequest struct {
 	Delimiter string // "" for a listing at any depth
 }
 
-// ListHolder is an HTTP proxy in front of a store that holds back the
-// store's answer to one chosen LIST: the store has answered, the client has
-// not read the answer yet. A test changes the file side meanwhile, so that
+// ListHolder is a Proxy in front of a store that holds back the store's
+// answer to one chosen LIST: the store has answered, the client has not
+// read the answer yet. A test changes the file side meanwhile, so that
 // the listing the client then applies is older than the change, which is
 // the interleaving a slow LIST makes by chance.
 type ListHolder struct {
@@ -30,42 +29,13 @@ type ListHolder struct {
 	held    []chan struct{} // every release channel handed out, for cleanup
 }
 
-// NewListHolder starts a proxy in front of endpoint. Anything it still
-// holds is released when the test ends.
-func NewListHolder(t testing.TB, endpoint string) *ListHolder {
+// NewListHolder starts a proxy in front of srv. Anything it still holds is
+// released when the test ends.
+func NewListHolder(t testing.TB, srv *s3local.Server) *ListHolder {
 	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
 	h := &ListHolder{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		req := ListRequest{Prefix: q.Get("prefix"), Delimiter: q.Get("delimiter")}
-		h.mu.Lock()
-		hold := r.Method == http.MethodGet && q.Get("list-type") == "2" && h.match != nil && h.match(req)
-		arrived, release := h.arrived, h.release
-		if hold {
-			h.match = nil
-		}
-		h.mu.Unlock()
-		if !hold {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		rp.ServeHTTP(rec, r)
-		close(arrived)
-		<-release
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { // runs before srv.Close, which waits for held requests
+	h.URL = NewProxy(t, srv, h.intercept).URL
+	t.Cleanup(func() { // runs before the proxy's, which waits for held requests
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.match = nil
@@ -73,8 +43,29 @@ func NewListHolder(t testing.TB, endpoint string) *ListHolder {
 			free(c)
 		}
 	})
-	h.URL = srv.URL
 	return h
+}
+
+// intercept holds the answer to the LIST the proxy is armed for and lets
+// every other request through.
+func (h *ListHolder) intercept(p *Proxy, w http.ResponseWriter, r *http.Request) bool {
+	q := r.URL.Query()
+	req := ListRequest{Prefix: q.Get("prefix"), Delimiter: q.Get("delimiter")}
+	h.mu.Lock()
+	hold := r.Method == http.MethodGet && q.Get("list-type") == "2" && h.match != nil && h.match(req)
+	arrived, release := h.arrived, h.release
+	if hold {
+		h.match = nil
+	}
+	h.mu.Unlock()
+	if !hold {
+		return false
+	}
+	p.ForwardThen(w, r, func() {
+		close(arrived)
+		<-release
+	})
+	return true
 }
 
 // Hold arms the proxy for the next LIST that match accepts. arrived is

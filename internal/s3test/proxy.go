@@ -58,6 +58,20 @@ func NewProxy(t testing.TB, srv *s3local.Server, intercept func(p *Proxy, w http
 // Forward sends r to the store and the store's response to w.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) { p.rp.ServeHTTP(w, r) }
 
+// ForwardThen is Forward that calls then once the store has answered r,
+// before the answer goes on to w: what then does (another client's write,
+// a wait) comes between the store's answer and the client's reading it.
+func (p *Proxy) ForwardThen(w http.ResponseWriter, r *http.Request, then func()) {
+	rec := httptest.NewRecorder()
+	p.rp.ServeHTTP(rec, r)
+	then()
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
 // Strip removes the named headers from r and signs it again (AWS
 // signature version 4, with the date, payload hash and other signed
 // headers it came with), so that the store takes it as the client's.

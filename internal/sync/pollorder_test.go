@@ -39,7 +39,7 @@ type heldEnv struct {
 func newHeldEnv(t *testing.T) *heldEnv {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
-	h := s3test.NewListHolder(t, srv.Endpoint)
+	h := s3test.NewListHolder(t, srv)
 	client := func(endpoint string) *bucket.Client {
 		b, err := bucket.New(context.Background(), bucket.Config{Bucket: name, Prefix: "fs/", Endpoint: endpoint,
 			AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region, OpTimeout: 10 * time.Second})
@@ -185,6 +185,18 @@ func (h *heldEnv) mustBeGone(t *testing.T, name, when string) {
 	}
 }
 
+// mustStayGone checks that name is gone after the held poll, and still
+// gone after everything is exported and the root polled once more.
+func (h *heldEnv) mustStayGone(t *testing.T, name string) {
+	t.Helper()
+	h.mustBeGone(t, name, "right after the poll")
+	h.flush(t)
+	if err := h.im.PollDir(context.Background(), meta.RootIno); err != nil {
+		t.Fatal(err)
+	}
+	h.mustBeGone(t, name, "after the next poll")
+}
+
 func TestAPollListingOlderThanAnRmRDoesNotBringTheDirectoryBack(t *testing.T) {
 	for _, exported := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deletes exported before the listing is applied: %v", exported), func(t *testing.T) {
@@ -200,12 +212,7 @@ func TestAPollListingOlderThanAnRmRDoesNotBringTheDirectoryBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h.mustBeGone(t, "d", "right after the poll")
-			h.flush(t)
-			if err := h.im.PollDir(context.Background(), meta.RootIno); err != nil {
-				t.Fatal(err)
-			}
-			h.mustBeGone(t, "d", "after the next poll")
+			h.mustStayGone(t, "d")
 		})
 	}
 }
@@ -226,12 +233,7 @@ func TestAPollListingOlderThanARenameAwayDoesNotBringTheDirectoryBack(t *testing
 			if err := h.pollHeld(t, steps...); err != nil {
 				t.Fatal(err)
 			}
-			h.mustBeGone(t, "d", "right after the poll")
-			h.flush(t)
-			if err := h.im.PollDir(context.Background(), meta.RootIno); err != nil {
-				t.Fatal(err)
-			}
-			h.mustBeGone(t, "d", "after the next poll")
+			h.mustStayGone(t, "d")
 			if got := h.names(t); !slices.Equal(got, []string{"e"}) {
 				t.Fatalf("the root holds %q, want [e]", got)
 			}
@@ -275,12 +277,7 @@ func TestAPollListingOlderThanAFilesRemovalDoesNotBringTheFileBack(t *testing.T)
 				if err != nil {
 					t.Fatal(err)
 				}
-				h.mustBeGone(t, "f", "right after the poll")
-				h.flush(t)
-				if err := h.im.PollDir(context.Background(), meta.RootIno); err != nil {
-					t.Fatal(err)
-				}
-				h.mustBeGone(t, "f", "after the next poll")
+				h.mustStayGone(t, "f")
 				if got := h.names(t); !slices.Equal(got, c.want) {
 					t.Fatalf("the root holds %q, want %q", got, c.want)
 				}

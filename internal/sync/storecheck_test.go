@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,16 +63,11 @@ func racingEnv(t *testing.T, key, condition string, after bool, cfg ExporterConf
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return true
 		}
-		rec := httptest.NewRecorder()
-		p.Forward(rec, r)
-		if after {
-			write()
-		}
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
+		p.ForwardThen(w, r, func() {
+			if after {
+				write()
+			}
+		})
 		return true
 	})
 	m = newMeta(t)

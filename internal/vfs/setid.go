@@ -33,11 +33,11 @@ import (
 //     squash) is 0 and without it otherwise; the NFS front end does the
 //     same.
 //
-// So Write and a SetAttr or Open without the flags below keep the bits (a
-// writer with CAP_FSETID, or the engine itself); WriteClearingSetID,
-// SetAttr with DropSetID and Open or Create with ClearSetID clear them for
-// the caller they are given, in the same transaction as the write or
-// truncate.
+// So Write, CopyRange without a clearFor, and a SetAttr or Open without
+// the flags below keep the bits (a writer with CAP_FSETID, or the engine
+// itself); WriteClearingSetID, CopyRange with clearFor, SetAttr with
+// DropSetID and Open or Create with ClearSetID clear them for the caller
+// they are given, in the same transaction as the write or truncate.
 
 // ClearSetID is an open flag, beside open(2)'s: the opener lacks
 // CAP_FSETID, so an O_TRUNC of an existing file clears its set-id bits.

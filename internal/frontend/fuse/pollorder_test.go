@@ -26,7 +26,7 @@ import (
 func TestAPollOlderThanAnRmRDoesNotBringTheDirectoryBackThroughTheMount(t *testing.T) {
 	for _, exported := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deletes exported before the listing is applied: %v", exported), func(t *testing.T) {
-			h := s3test.NewListHolder(t, s3test.Store(t).Endpoint)
+			h := s3test.NewListHolder(t, s3test.Store(t))
 			e := newEnv(t, withEndpoint(h.URL), withExportDelay(time.Hour), withPoll(-1), withRevalidateTTL(-1))
 			if err := os.Mkdir(e.path("d"), 0o755); err != nil {
 				t.Fatal(err)

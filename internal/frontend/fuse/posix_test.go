@@ -9,7 +9,6 @@ package fuse_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -34,13 +33,6 @@ func stat(t *testing.T, path string) *syscall.Stat_t {
 		t.Fatal(err)
 	}
 	return &st
-}
-
-func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("%s: got %v, want %v", what, err, want)
-	}
 }
 
 func openFile(t *testing.T, path string, flag int, perm os.FileMode) *os.File {

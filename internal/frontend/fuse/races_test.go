@@ -199,7 +199,7 @@ func TestAFileRenamedDuringItsFirstUploadLeavesNoGhost(t *testing.T) {
 	} {
 		unlink := tc.unlink
 		t.Run(tc.name, func(t *testing.T) {
-			p := newHoldingProxy(t, s3test.Store(t).Endpoint)
+			p := newHoldingProxy(t, s3test.Store(t))
 			e := newEnv(t, withEndpoint(p.url), withPoll(-1), withRevalidateTTL(-1))
 			forwardEvents(e)
 			arrived, release := p.arm("/old", tc.after)

@@ -3,9 +3,6 @@ package fuse_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +11,7 @@ import (
 
 	"bucketfs/internal/engine"
 	"bucketfs/internal/meta"
+	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
 )
 
@@ -56,9 +54,9 @@ func TestAFileSideVersionInLostFoundIsNeverEvicted(t *testing.T) {
 	}
 }
 
-// holdingProxy forwards requests to the store, except that it holds back
-// the plain PUT of one key (path suffix) until released: the request, or
-// with holdAfter, the store's answer to it.
+// holdingProxy is an s3test.Proxy that holds back the plain PUT of one
+// key (path suffix) until released: the request, or with arm's after, the
+// store's answer to it.
 type holdingProxy struct {
 	url     string
 	mu      sync.Mutex
@@ -68,15 +66,10 @@ type holdingProxy struct {
 	release chan struct{}
 }
 
-func newHoldingProxy(t *testing.T, endpoint string) *holdingProxy {
+func newHoldingProxy(t *testing.T, srv *s3local.Server) *holdingProxy {
 	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
 	p := &holdingProxy{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.url = s3test.NewProxy(t, srv, func(proxy *s3test.Proxy, w http.ResponseWriter, r *http.Request) bool {
 		p.mu.Lock()
 		hold := p.suffix != "" && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, p.suffix) &&
 			r.Header.Get("x-amz-copy-source") == "" && r.URL.Query().Get("uploadId") == ""
@@ -85,26 +78,20 @@ func newHoldingProxy(t *testing.T, endpoint string) *holdingProxy {
 			p.suffix = ""
 		}
 		p.mu.Unlock()
-		if hold && after {
-			rec := httptest.NewRecorder()
-			rp.ServeHTTP(rec, r)
-			close(arrived)
-			<-release
-			for k, v := range rec.Header() {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.Code)
-			w.Write(rec.Body.Bytes())
-			return
+		if !hold {
+			return false
 		}
-		if hold {
+		wait := func() {
 			close(arrived)
 			<-release
 		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p.url = srv.URL
+		if after {
+			proxy.ForwardThen(w, r, wait)
+			return true
+		}
+		wait()
+		return false // forwarded as it came
+	}).URL
 	return p
 }
 
@@ -113,12 +100,8 @@ func (p *holdingProxy) hold(suffix string) (arrived, release chan struct{}) {
 	return p.arm(suffix, false)
 }
 
-// holdAfter arms the proxy to hold the store's answer to the next PUT whose
-// path ends in suffix: the object is stored, its writer not told yet.
-func (p *holdingProxy) holdAfter(suffix string) (arrived, release chan struct{}) {
-	return p.arm(suffix, true)
-}
-
+// arm is hold, or with after, holds the store's answer to that PUT: the
+// object is stored, its writer not told yet.
 func (p *holdingProxy) arm(suffix string, after bool) (arrived, release chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -127,7 +110,7 @@ func (p *holdingProxy) arm(suffix string, after bool) (arrived, release chan str
 }
 
 func TestADirectoryRenamedWhileAFileInItUploadsMovesThatFileToo(t *testing.T) {
-	p := newHoldingProxy(t, s3test.Store(t).Endpoint)
+	p := newHoldingProxy(t, s3test.Store(t))
 	e := newEnv(t, withEndpoint(p.url), withPoll(-1))
 	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
 		t.Fatal(err)

@@ -22,9 +22,9 @@ import (
 // synced before the client's first open is granted (recordClient) and
 // removed, durably, when its lease expires or it destroys its client id
 // (before its locks are released to others), or soon after it holds no
-// open any more (records.go). A record names the principal that made the client
-// (caller.principal), and only that principal may reclaim through it; it
-// also holds, coarsely, when the client last renewed its lease.
+// open any more (records.go). A record names the principal that made the
+// client (caller.principal), and only that principal may reclaim through
+// it; it also holds, coarsely, when the client last renewed its lease.
 //
 // The grace period starts when the server starts with records of clients
 // that held state when the previous instance stopped (records.go drops

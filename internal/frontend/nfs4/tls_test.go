@@ -178,25 +178,11 @@ func TestAServerWithoutACertificateDoesNotOfferTLS(t *testing.T) {
 	c.do(putroot(), getfh())
 }
 
-// lockedLog is a log destination safe to read while the server writes.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines are the lines that match re.
-func (l *lockedLog) lines(re string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *lockedBuffer) lines(re string) []string {
+	match := regexp.MustCompile(re)
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if regexp.MustCompile(re).MatchString(line) {
+	for _, line := range strings.Split(l.String(), "\n") {
+		if match.MatchString(line) {
 			out = append(out, line)
 		}
 	}
@@ -210,7 +196,7 @@ func (l *lockedLog) lines(re string) []string {
 func TestAClientRefusedForNotStartingTLSIsLoggedOncePerAddress(t *testing.T) {
 	e := newEnv(t, Options{})
 	cert, _ := testCert(t)
-	var log lockedLog
+	var log lockedBuffer
 	addr, _ := serveOn(t, e, Options{TLS: ServerTLSConfig(cert), TLSRequired: true,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	refusedFrom := func(local string) {
