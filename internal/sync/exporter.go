@@ -69,6 +69,17 @@ type Exporter struct {
 	failures  atomic.Int64
 	conflicts atomic.Int64
 
+	// revalidations are the importer's looks at keys whose export or
+	// delete the bucket refused (revalidateLater). They run in the
+	// background, so that the inode lock is released first, under
+	// revalidateCtx; Run cancels them and waits for them before it
+	// returns, so that none outlives the engine and reaches a closed
+	// store. One cut short is harmless: the export is retried at the next
+	// start, meets the same refusal and revalidates again.
+	revalidations   gosync.WaitGroup
+	revalidateCtx   context.Context
+	stopRevalidates context.CancelFunc
+
 	// beforeDelete, if set, runs between the look at an object and its
 	// delete in deleteIfUnchanged: tests put a bucket-side write there.
 	beforeDelete func(key string)
@@ -101,8 +112,10 @@ func NewExporter(m *meta.Store, b *bucket.Client, im *Importer, cfg ExporterConf
 	if cfg.PieceWait <= 0 {
 		cfg.PieceWait = meta.PieceGrace
 	}
-	return &Exporter{meta: m, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
+	e := &Exporter{meta: m, bucket: b, importer: im, cfg: cfg, log: cfg.Logger,
 		attempts: map[meta.Ino]int{}, busy: map[meta.Ino]bool{}}
+	e.revalidateCtx, e.stopRevalidates = context.WithCancel(context.Background())
+	return e
 }
 
 // ExportStats are the exporter's counters.
@@ -124,6 +137,8 @@ func (e *Exporter) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			e.stopRevalidates()
+			e.Wait()
 			return
 		case <-t.C:
 		}
@@ -216,13 +231,20 @@ func (e *Exporter) deletesRefused(ino meta.Ino, keys []string) {
 // inode lock is released.
 func (e *Exporter) revalidateLater(keys []string) {
 	for _, k := range keys {
+		e.revalidations.Add(1)
 		go func() {
-			if err := e.importer.Revalidate(context.Background(), k); err != nil {
+			defer e.revalidations.Done()
+			if err := e.importer.Revalidate(e.revalidateCtx, k); err != nil && e.revalidateCtx.Err() == nil {
 				e.log.Warn("resolve export conflict", "key", k, "err", err)
 			}
 		}()
 	}
 }
+
+// Wait returns once the revalidations the exporter started have ended.
+// Run waits for them as it stops; a caller that drives the exporter
+// without Run waits before it closes the store.
+func (e *Exporter) Wait() { e.revalidations.Wait() }
 
 func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
 	e.failures.Add(1)

@@ -18,6 +18,7 @@ func TestAnExportAnImportAndAConflictEachLogTheirLineWithTheKey(t *testing.T) {
 	im := NewImporter(m, st.bucket, ImporterConfig{Logger: log.Logger()})
 	list(t, m, im, "")
 	e := NewExporter(m, st.bucket, im, ExporterConfig{Logger: log.Logger()})
+	t.Cleanup(e.Wait)
 	ctx := context.Background()
 
 	// An export: what was uploaded, its version, its size, and how long
@@ -92,6 +93,7 @@ func TestARenameLogsOneExportWithTheNameCopiedToAndTheNameDeleted(t *testing.T) 
 	im := NewImporter(m, st.bucket, ImporterConfig{Logger: log.Logger()})
 	list(t, m, im, "")
 	e := NewExporter(m, st.bucket, im, ExporterConfig{Logger: log.Logger()})
+	t.Cleanup(e.Wait)
 	ctx := context.Background()
 	newFile(t, m, "a", []byte("moving"))
 	if err := e.Flush(ctx); err != nil {

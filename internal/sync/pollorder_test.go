@@ -53,7 +53,9 @@ func newHeldEnv(t *testing.T) *heldEnv {
 	m := newMeta(t)
 	im := NewImporter(m, b, ImporterConfig{})
 	list(t, m, im, "") // the root, listed while the bucket is empty
-	return &heldEnv{hold: h, direct: client(srv.Endpoint), m: m, im: im, e: NewExporter(m, b, im, ExporterConfig{})}
+	e := NewExporter(m, b, im, ExporterConfig{})
+	t.Cleanup(e.Wait) // before the store closes (newMeta's cleanup)
+	return &heldEnv{hold: h, direct: client(srv.Endpoint), m: m, im: im, e: e}
 }
 
 // filesIn is how many files the directory of these tests holds: more

@@ -193,7 +193,9 @@ func newSyncEnv(t *testing.T) (*uploadStore, *meta.Store, *Importer, *Exporter) 
 	m := newMeta(t)
 	im := NewImporter(m, st.bucket, ImporterConfig{})
 	list(t, m, im, "")
-	return st, m, im, NewExporter(m, st.bucket, im, ExporterConfig{})
+	e := NewExporter(m, st.bucket, im, ExporterConfig{})
+	t.Cleanup(e.Wait) // before the store closes (newMeta's cleanup)
+	return st, m, im, e
 }
 
 // Found by the differential sync test: a file exported as "a", renamed to

@@ -78,6 +78,7 @@ func racingEnv(t *testing.T, key, condition string, after bool, cfg ExporterConf
 	im = NewImporter(m, b, ImporterConfig{Locks: cfg.Locks})
 	list(t, m, im, "")
 	e = NewExporter(m, b, im, cfg)
+	t.Cleanup(e.Wait) // before the store closes (newMeta's cleanup)
 	t.Cleanup(func() {
 		if !raced.Load() {
 			t.Error("the proxy never saw a conditional write of " + key)
@@ -296,6 +297,7 @@ func TestADeleteOfAKeyThatChangedConvergesOnAStoreThatIgnoresConditionalDeletes(
 	im := NewImporter(m, b, ImporterConfig{})
 	list(t, m, im, "")
 	e := NewExporter(m, b, im, ExporterConfig{})
+	t.Cleanup(e.Wait)
 	ctx := context.Background()
 	if supported, err := b.ProbeConditionalWrites(ctx, m.LostFoundName()); err != nil || !supported {
 		t.Fatalf("probe: conditional writes %v, %v", supported, err)
