@@ -47,6 +47,11 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool, fn f
 	if off < 0 && !appending {
 		return 0, syscall.EINVAL
 	}
+	if len(p) == 0 {
+		// Writes nothing, and neither ends nor continues a write in
+		// pieces (endPieces).
+		return 0, nil
+	}
 	fs := h.fs
 	fs.used.Touch(uint64(h.ino))
 	if err := fs.diskSpace(); err != nil {

@@ -207,14 +207,12 @@ func (q *request) copy(a *nfsv4.Copy4args) nfsv4.Copy4res {
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
 	count := a.CaCount
-	if count == 0 || a.CaSrcOffset+count > uint64(sa.Size) {
+	if count == 0 || count > uint64(sa.Size)-a.CaSrcOffset { // no sum to wrap past 2^64
 		count = uint64(sa.Size) - a.CaSrcOffset
 	}
 	if q.saved == q.cur && a.CaSrcOffset < a.CaDstOffset+count && a.CaDstOffset < a.CaSrcOffset+count {
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
-	// Also what keeps count in int64's range for vfs.CopyRange: a count
-	// whose sum with the offset wraps past 2^64 passes the check above.
 	count = min(count, maxCopy)
 	// One write, never exported half done (vfs.CopyRange); it clears
 	// set-id bits as a WRITE by the same caller would (writeAt).
