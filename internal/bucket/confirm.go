@@ -71,6 +71,11 @@ func (c *Client) ConfirmsWrites() bool { return c.confirmWrites }
 // id (opt.IfMatchVersion), a write that may rewrite in place (mayRewrite)
 // and returns the named ETag is taken as such a rewrite.
 //
+// A version below ours with the ETag If-Match named but not the version
+// id is still taken as the named one where opt.Ours says it is the
+// writer's own upload (one a crash left unrecorded); one of anybody
+// else's is another write.
+//
 // Versions are told apart by version id, never by ETag alone. Object
 // versions are taken in the order the store lists them; delete markers
 // come in a list of their own (the SDK splits them off, and versitygw
@@ -115,6 +120,14 @@ func (c *Client) confirmWrite(ctx context.Context, key string, opt PutOptions, o
 		follows = prev != nil && prev.ETag == unquote(aws.String(opt.IfMatch)) &&
 			(opt.IfMatchVersion == "" || prev.VersionID == opt.IfMatchVersion) &&
 			!slices.ContainsFunc(markers, func(m Version) bool { return markerBetween(m, *prev, objects[i]) })
+		if !follows && prev != nil && opt.Ours != nil && prev.ETag == unquote(aws.String(opt.IfMatch)) &&
+			!slices.ContainsFunc(markers, func(m Version) bool { return markerBetween(m, *prev, objects[i]) }) {
+			// A version with the named bytes but another id: an upload
+			// of the writer's own that a crash left unrecorded follows
+			// the named one, no other writer's.
+			info, err := c.Head(ctx, key, prev.VersionID)
+			follows = err == nil && opt.Ours(info.Metadata)
+		}
 	} else {
 		follows = prev == nil || slices.ContainsFunc(markers, func(m Version) bool { return !markerBefore(m, *prev) })
 	}

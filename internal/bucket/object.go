@@ -45,6 +45,13 @@ type PutOptions struct {
 	// bytes shares. Without it, the version before the write is checked
 	// by ETag only.
 	IfMatchVersion string
+	// Ours, if set, tells whether an object version's user metadata marks
+	// it as the writer's own (the exporter's origin tag of the inode it
+	// exports). Where a write is confirmed (confirmWrite), a version of
+	// the writer's own with the ETag IfMatch names, found between the one
+	// IfMatchVersion names and the write, is an upload of its own that a
+	// crash left unrecorded, not another writer's.
+	Ours func(md map[string]string) bool
 	// IfNoneMatch makes the write succeed only if the key has no current
 	// object (If-None-Match: *).
 	IfNoneMatch bool

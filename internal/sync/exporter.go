@@ -386,7 +386,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			// already exported (the new Gen is durable, as above).
 			if old, ok := have[want[0]]; ok {
 				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), want[0]),
-					IfMatch: old.ETag, IfMatchVersion: old.VersionID},
+					IfMatch: old.ETag, IfMatchVersion: old.VersionID, Ours: e.oursOf(in.Ino, want[0])},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
 						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
 					})
@@ -415,7 +415,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 				keep = append(keep, old)
 				continue
 			}
-			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k)}
+			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k), Ours: e.oursOf(in.Ino, k)}
 			if exported {
 				opt.IfMatch, opt.IfMatchVersion = old.ETag, old.VersionID
 			} else {
@@ -559,6 +559,15 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 // orphan reports whether the object at key (its metadata md) is an
 // upload of an inode of this file system that an export intent still
 // names: written, and not recorded, before a crash.
+// oursOf tells whether object metadata marks an upload of inode ino to
+// key by this file system (bucket.PutOptions.Ours).
+func (e *Exporter) oursOf(ino meta.Ino, key string) func(md map[string]string) bool {
+	return func(md map[string]string) bool {
+		who, ok := ourInode(e.meta.Fsid(), md, key)
+		return ok && who == ino
+	}
+}
+
 func (e *Exporter) orphan(ctx context.Context, md map[string]string, key string) bool {
 	ino, ok := ourInode(e.meta.Fsid(), md, key)
 	if !ok {
@@ -655,7 +664,7 @@ func toObject(o bucket.ObjectInfo, size int64) meta.Object {
 // version, conditional on old (the version last seen there, if any).
 // snap is the snapshot in was read from (nil for a directory).
 func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Inode, key string, old meta.Object) (meta.Object, error) {
-	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), key)}
+	opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), key), Ours: e.oursOf(in.Ino, key)}
 	if old.Key != "" {
 		opt.IfMatch, opt.IfMatchVersion = old.ETag, old.VersionID
 	} else {
