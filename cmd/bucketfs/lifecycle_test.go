@@ -114,18 +114,26 @@ func TestCtrlCOnABusyMountNamesTheHolderAndASecondDetaches(t *testing.T) {
 		t.Errorf("the mount stopped serving after the first Ctrl-C: %v", err)
 	}
 	p.cmd.Process.Signal(syscall.SIGINT)
+	waitForStop(t, p, "the second Ctrl-C (a lazy detach)")
+}
+
+// waitForStop waits up to 30 s for the mount's process to exit, which it
+// must do with status 0, and checks that the mount is gone; what says what
+// was to end it.
+func waitForStop(t *testing.T, p *fsProc, what string) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("after the second Ctrl-C: %v\n%s", err, p.log)
+			t.Errorf("bucketfs after %s: %v\n%s", what, err, p.log)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the second Ctrl-C did not end the process:\n%s", p.log)
+		t.Fatalf("%s did not end bucketfs:\n%s", what, p.log)
 	}
 	if fusetest.Mounted(p.mnt) {
-		t.Errorf("%s is still mounted after the lazy detach", p.mnt)
+		t.Errorf("%s is still mounted after %s", p.mnt, what)
 	}
 }
 
@@ -175,19 +183,7 @@ func TestSIGTERMOnABusyMountExportsDetachesLazilyAndExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("bucketfs after SIGTERM on a busy mount: %v\n%s", err, p.log)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("SIGTERM on a busy mount did not end bucketfs (systemd would SIGKILL it and leave a dead mount):\n%s", p.log)
-	}
-	if fusetest.Mounted(p.mnt) {
-		t.Errorf("%s is still mounted after bucketfs ended", p.mnt)
-	}
+	waitForStop(t, p, "SIGTERM on a busy mount (else systemd would SIGKILL it and leave a dead mount)")
 	log := p.log.String()
 	assertOneLineBusyMessage(t, log)
 	if !strings.Contains(log, "(sleep)") || !strings.Contains(log, "detached it lazily") ||

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"bucketfs/internal/fusetest"
 )
 
 // The systemd units in deploy/systemd call commands and flags that exist
@@ -142,19 +140,7 @@ func TestTheMountUnitStopsABusyMountWithoutLeavingItDead(t *testing.T) {
 	if p.cmd.ProcessState == nil {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("bucketfs at the unit's stop: %v\n%s", err, p.log)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the unit's stop path did not end bucketfs on a busy mount (systemd would SIGKILL it after TimeoutStopSec):\n%s", p.log)
-	}
-	if fusetest.Mounted(p.mnt) {
-		t.Errorf("%s is still mounted after the unit's stop", p.mnt)
-	}
+	waitForStop(t, p, "the unit's stop path on a busy mount (else systemd would SIGKILL it after TimeoutStopSec)")
 	p.start("--export-delay", "1h")
 	if b, ok := p.object("before-stop.txt"); !ok || string(b) != "pending when the service stopped" {
 		t.Errorf("after the unit's stop the bucket has %q (%v)", b, ok)
