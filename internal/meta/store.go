@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,6 +33,8 @@ import (
 //	U<key>                      a multipart upload of key about to be created (uploads.go)
 //	c/secret/<name>             a secret made once per file system (secret.go)
 //	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
+//	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
+//	c/changes-trimmed           the time below which change records were deleted
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
@@ -69,6 +72,14 @@ type Options struct {
 	// Defaults are the owner and modes of what carries no attributes of
 	// its own (nil: StandardDefaults).
 	Defaults *Defaults
+
+	// ChangeLog records what each transaction changes for the other
+	// servers sharing the store (changes.go); Server names this one in
+	// the log (0: a random id). ChangeWindow and ChangeRetention default
+	// to DefaultChangeWindow and DefaultChangeRetention.
+	ChangeLog                     bool
+	Server                        uint64
+	ChangeWindow, ChangeRetention time.Duration
 }
 
 // Store is the namespace of one file system. It is safe for concurrent use.
@@ -81,6 +92,9 @@ type Store struct {
 	onKept      func(ino Ino, name string)
 	defaults    Defaults
 	fences      fences // see fences.go
+
+	changes                       changeLog // see changes.go
+	changeWindow, changeRetention time.Duration
 }
 
 // Open loads the namespace from db, creating a new file system when db is
@@ -96,6 +110,20 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 	}
 	if opt.Defaults != nil {
 		s.defaults = *opt.Defaults
+	}
+	s.changes.server = opt.Server
+	for s.changes.server == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		s.changes.server = kv.Uint64(b[:])
+	}
+	s.changeWindow = cmp.Or(opt.ChangeWindow, DefaultChangeWindow)
+	s.changeRetention = cmp.Or(opt.ChangeRetention, DefaultChangeRetention)
+	if opt.ChangeLog {
+		s.kv = loggingStore{Store: db, s: s}
+		db = s.kv
 	}
 	err := db.Update(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(keyFsid)
