@@ -108,6 +108,11 @@ type Config struct {
 	// every write not synced.
 	MetaFS pebblevfs.FS
 
+	// Shared says other servers use the same metadata store: each
+	// transaction is recorded in the change log and this server follows
+	// the others' (shared.go).
+	Shared bool
+
 	Logger *slog.Logger
 }
 
@@ -245,7 +250,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		}
 	}
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
-		Defaults: cfg.Defaults}); err != nil {
+		Defaults: cfg.Defaults, ChangeLog: cfg.Shared}); err != nil {
 		return nil, err
 	}
 	if !cfg.ReadOnly { // read-only writes nothing to the bucket, not even these
@@ -336,6 +341,10 @@ func (e *Engine) Start() {
 		e.spawn(func() { every(ctx, 5*time.Second, func() { e.evict(ctx) }) })
 	}
 	e.spawn(func() { e.summarize(ctx, e.summaryInterval) })
+	if e.cfg.Shared {
+		e.spawn(func() { e.followChanges(ctx) })
+		e.spawn(func() { e.trimChanges(ctx) })
+	}
 }
 
 // spawn runs fn in the background until Close.
