@@ -250,7 +250,8 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		}
 	}
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
-		Defaults: cfg.Defaults, ChangeLog: cfg.Shared}); err != nil {
+		Defaults: cfg.Defaults, ChangeLog: cfg.Shared,
+		Bucket: "s3://" + e.Bucket.Name() + "/" + e.Bucket.Prefix()}); err != nil {
 		return nil, err
 	}
 	if !cfg.ReadOnly { // read-only writes nothing to the bucket, not even these

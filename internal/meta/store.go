@@ -34,6 +34,7 @@ import (
 //	c/secret/<name>             a secret made once per file system (secret.go)
 //	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
 //	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
+//	c/bucket                    s3://bucket/prefix the file system mirrors (origin.go)
 //	c/changes-trimmed           the time below which change records were deleted
 const (
 	pInode    = 'i'
@@ -77,6 +78,11 @@ type Options struct {
 	// servers sharing the store (changes.go); Server names this one in
 	// the log (0: a random id). ChangeWindow and ChangeRetention default
 	// to DefaultChangeWindow and DefaultChangeRetention.
+	// Bucket names the bucket and prefix the file system mirrors
+	// ("s3://name/prefix"): Open records it in a new namespace and
+	// refuses a namespace made for another (origin.go). "" skips the check.
+	Bucket string
+
 	ChangeLog                     bool
 	Server                        uint64
 	ChangeWindow, ChangeRetention time.Duration
@@ -129,12 +135,18 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		v, err := tx.Get(keyFsid)
 		if err == nil {
 			s.fsid = string(v)
+			if err := checkBucket(tx, opt.Bucket); err != nil {
+				return err
+			}
 			return s.shareLostFound(tx)
 		}
 		if !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
-		return s.format(tx)
+		if err := s.format(tx); err != nil {
+			return err
+		}
+		return checkBucket(tx, opt.Bucket)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
