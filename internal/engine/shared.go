@@ -29,15 +29,16 @@ const trimInterval = time.Minute
 func (e *Engine) followChanges(ctx context.Context) {
 	e.Meta.FollowChanges(ctx, followInterval, func(c meta.Changes) {
 		if c.All {
-			// Fell behind the log's retention (a pause of minutes):
-			// what the front ends cache expires by its timeouts.
-			e.log.Warn("this server fell behind the shared change log; cached names and attributes expire by their timeouts")
+			// Fell behind the log's retention (a pause of minutes): drop
+			// every cached inode; names expire by their timeouts.
+			e.log.Warn("this server fell behind the shared change log: dropping what its clients cache")
+			e.FS.ChangedAllElsewhere()
 		}
 		for _, en := range c.Entries {
-			e.FS.Changed(en.Parent, en.Name, 0)
+			e.FS.ChangedElsewhere(en.Parent, en.Name, 0)
 		}
 		for _, ino := range c.Inodes {
-			e.FS.Changed(0, "", ino)
+			e.FS.ChangedElsewhere(0, "", ino)
 		}
 	}, func(err error) { e.log.Warn("follow the shared change log", "err", err) })
 }

@@ -29,19 +29,21 @@ import (
 // conflict between servers (the rule of no row every operation takes).
 //
 // Each server follows the log (FollowChanges): every interval it scans the
-// records from its cursor minus Options.ChangeWindow, skips its own and
-// those it has already delivered, and hands the rest to its callback. The
-// window covers the two ways a record can land behind a cursor that has
-// passed its time: a transaction commits a little after it stamped its
-// record, and servers' clocks differ. Invariant: a change committed by
-// another server is delivered within one interval of its commit, provided
-// its record's time is at most ChangeWindow behind the follower's newest
-// record time when it commits (clock skew plus commit delay below the
-// window). Beyond that bound a change can be missed, and what a front end
-// caches then expires by its own timeout (the FUSE attribute and entry
-// timeouts, 1 s by default), so a missed record costs staleness up to that
-// timeout, never a wrong answer from the namespace itself, which every
-// server reads from the shared store.
+// records stamped from the start of its previous poll minus
+// Options.ChangeWindow onwards (by its own clock), skips its own and those
+// it has already delivered, and hands the rest to its callback. The window
+// covers the two ways a record can be stamped before a poll that did not
+// see it: its transaction committed a little after it stamped the record,
+// and the servers' clocks differ. Invariant: a change committed by
+// another server is delivered at the first poll after its commit, provided
+// its stamp is at most ChangeWindow behind this server's clock at that
+// commit (clock skew plus commit delay under the window: 2 s by default,
+// where NTP keeps skew in milliseconds). Beyond that bound a change can be
+// missed, and what a front end caches then expires by its own timeouts (the
+// FUSE attribute and entry timeouts, 1 s by default) or, for pages kept
+// across opens, at the next change of the file's size or mtime; the
+// namespace itself never answers wrong, since every server reads it from
+// the shared store.
 //
 // Records older than ChangeRetention are deleted (TrimChanges); a follower
 // that falls further behind than that (a server paused for minutes) cannot
@@ -222,8 +224,8 @@ func decodeChanges(v []byte, into *Changes) error {
 type ChangeFollower struct {
 	s      *Store
 	window time.Duration
-	// cursor is the newest record time delivered; seen holds the keys
-	// delivered within the window behind it.
+	// cursor is when the previous poll started (this server's clock);
+	// seen holds the keys delivered within the window behind it.
 	cursor int64
 	seen   map[string]int64
 }
@@ -239,19 +241,17 @@ func (s *Store) NewChangeFollower() *ChangeFollower {
 // Poll (see the change log's invariant above).
 func (f *ChangeFollower) Poll(ctx context.Context) (Changes, error) {
 	var out Changes
+	start := f.s.now().UnixNano()
 	from := f.cursor - int64(f.window)
 	var fresh []string
-	var newest int64
 	err := f.s.kv.View(ctx, func(r kv.Reader) error {
-		fresh, newest, out = fresh[:0], f.cursor, Changes{}
+		fresh, out = fresh[:0], Changes{}
 		lower := kv.AppendUint64([]byte{pChange}, uint64(max(from, 0)))
 		return r.Scan(lower, kv.PrefixEnd([]byte{pChange}), func(k, v []byte) bool {
 			if len(k) != 25 {
 				return true
 			}
-			at := int64(kv.Uint64(k[1:9]))
 			if kv.Uint64(k[9:17]) == f.s.changes.server {
-				newest = max(newest, at)
 				return true
 			}
 			if _, ok := f.seen[string(k)]; ok {
@@ -261,7 +261,6 @@ func (f *ChangeFollower) Poll(ctx context.Context) (Changes, error) {
 				out.All = true
 			}
 			fresh = append(fresh, string(k))
-			newest = max(newest, at)
 			return true
 		})
 	})
@@ -276,7 +275,7 @@ func (f *ChangeFollower) Poll(ctx context.Context) (Changes, error) {
 	for _, k := range fresh {
 		f.seen[k] = int64(kv.Uint64([]byte(k)[1:9]))
 	}
-	f.cursor = newest
+	f.cursor = max(f.cursor, start)
 	for k, at := range f.seen {
 		if at < f.cursor-int64(f.window) {
 			delete(f.seen, k)

@@ -182,6 +182,18 @@ func (s *server) InvalidateInode(ino vfs.Ino) {
 	s.notes.add(notice{node: s.node(ino)})
 }
 
+// InvalidateLater queues the same notifications without waiting for them
+// to be sent (another server's changes: no request of this mount waits on
+// them, and a burst of them must not hold the follower 50 ms each).
+func (s *server) InvalidateLater(parent vfs.Ino, name string, ino vfs.Ino) {
+	if name != "" {
+		s.notes.queue(notice{node: s.node(parent), name: name})
+	}
+	if ino != 0 {
+		s.notes.queue(notice{node: s.node(ino)})
+	}
+}
+
 // notifier sends the kernel its cache invalidations from a goroutine of
 // its own, in the order they were made, and the caller waits until its
 // notification is sent, as if it had sent it itself, but never longer
@@ -220,11 +232,13 @@ func newNotifier() *notifier {
 	return n
 }
 
-func (n *notifier) add(x notice) {
+// queue adds x to the notifications to send and returns its sequence
+// number (0: the notifier is closed).
+func (n *notifier) queue(x notice) uint64 {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return
+		return 0
 	}
 	n.queued++
 	seq := n.queued
@@ -233,6 +247,14 @@ func (n *notifier) add(x notice) {
 	select {
 	case n.wake <- struct{}{}:
 	default:
+	}
+	return seq
+}
+
+func (n *notifier) add(x notice) {
+	seq := n.queue(x)
+	if seq == 0 {
+		return
 	}
 	deadline := time.Now().Add(notifyWait)
 	t := time.AfterFunc(notifyWait, func() {
