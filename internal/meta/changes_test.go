@@ -10,9 +10,9 @@ import (
 	"bucketfs/internal/kv"
 )
 
-// twoServers opens two Stores with the change log on one kv store, as two
+// twoLoggingServers opens two Stores with the change log on one kv store, as two
 // servers sharing a database are; now is both servers' clock.
-func twoServers(t *testing.T, now *time.Time) (a, b *Store) {
+func twoLoggingServers(t *testing.T, now *time.Time) (a, b *Store) {
 	t.Helper()
 	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
 	if err != nil {
@@ -41,7 +41,7 @@ func hasEntry(c Changes, parent Ino, name string) bool {
 func TestAChangeThroughOneServerReachesTheOtherServersFollowerOnce(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	a, b := twoServers(t, &now)
+	a, b := twoLoggingServers(t, &now)
 	fa, fb := a.NewChangeFollower(), b.NewChangeFollower()
 
 	now = now.Add(time.Millisecond)
@@ -82,7 +82,7 @@ func TestAChangeThroughOneServerReachesTheOtherServersFollowerOnce(t *testing.T)
 func TestALateRecordWithinTheWindowIsDeliveredAndAFollowerPastTheTrimDropsAll(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	a, b := twoServers(t, &now)
+	a, b := twoLoggingServers(t, &now)
 	fb := b.NewChangeFollower()
 
 	now = now.Add(time.Second)

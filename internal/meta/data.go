@@ -19,28 +19,13 @@ import (
 // had: its bytes and the record of them never disagree, and nothing
 // durable is destroyed before the change that drops it is durable.
 
-var keyUsage = []byte("c/usage")
-
 // Usage is how many bytes of file data the tier holds: in all, and in
 // unexported blocks, those with file-side changes not yet exported (which
-// eviction cannot touch; see tier.Stamp). It is the sum over the inodes
-// of Cached and Unexported.
+// eviction cannot touch; see tier.Stamp). Invariant: it is the sum over
+// the inodes of Cached and Unexported; putInode and Forget keep it so, in
+// the transaction of the change (kept in cells, see counters.go).
 type Usage struct {
 	Total, Dirty int64
-}
-
-func getUsage(r kv.Reader) (Usage, error) {
-	v, err := r.Get(keyUsage)
-	if errors.Is(err, kv.ErrNotFound) {
-		return Usage{}, nil
-	}
-	if err != nil {
-		return Usage{}, err
-	}
-	if len(v) != 16 {
-		return Usage{}, errCorrupt
-	}
-	return Usage{Total: int64(kv.Uint64(v)), Dirty: int64(kv.Uint64(v[8:]))}, nil
 }
 
 // usageOf is what one inode adds to Usage.
@@ -51,22 +36,8 @@ func usageOf(in *Inode) Usage {
 	return Usage{Total: in.Cached, Dirty: in.Unexported}
 }
 
-// addUsage adds d to the stored counters.
-func addUsage(tx kv.Txn, d Usage) error {
-	if d == (Usage{}) {
-		return nil
-	}
-	u, err := getUsage(tx)
-	if err != nil {
-		return err
-	}
-	u.Total = max(u.Total+d.Total, 0)
-	u.Dirty = max(u.Dirty+d.Dirty, 0)
-	return tx.Set(keyUsage, kv.AppendUint64(kv.AppendUint64(nil, uint64(u.Total)), uint64(u.Dirty)))
-}
-
 // account adds to Usage what in changes against its stored record.
-func account(tx kv.Txn, in *Inode) error {
+func (s *Store) account(tx kv.Txn, in *Inode) error {
 	var old Inode
 	v, err := tx.Get(inodeKey(in.Ino))
 	switch {
@@ -78,7 +49,7 @@ func account(tx kv.Txn, in *Inode) error {
 		return err
 	}
 	before, after := usageOf(&old), usageOf(in)
-	return addUsage(tx, Usage{Total: after.Total - before.Total, Dirty: after.Dirty - before.Dirty})
+	return s.addUsage(tx, in.Ino, Usage{Total: after.Total - before.Total, Dirty: after.Dirty - before.Dirty})
 }
 
 // Usage returns what the tier holds.
@@ -91,6 +62,12 @@ func (s *Store) Usage(ctx context.Context) (u Usage, err error) {
 }
 
 // Limits bound what writes and fills may add to the tier; 0 means no bound.
+// A write or fill is checked against the Usage committed when it starts,
+// read outside its transaction: reading the counter's cells inside it
+// would make every two writes of the file system conflict (counters.go).
+// So writes and fills that run at the same time, on this server or on
+// others, may together take the tier past a bound by what they add (at
+// most a WritePiece each for writes); the next ones are refused then.
 type Limits struct {
 	// Dirty bounds the bytes of unexported blocks (Usage.Dirty): a write
 	// that would take them past it fails with ENOSPC, since only an
@@ -158,6 +135,10 @@ func (s *Store) WriteDataMore(ctx context.Context, ino Ino, p []byte, off int64,
 // writeData is WriteData; more says the caller knows more of the write
 // follows.
 func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
+	used, err := s.usageFor(ctx, lim)
+	if err != nil {
+		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
+	}
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
@@ -171,7 +152,7 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 		if err != nil {
 			return err
 		}
-		if err := checkDirty(tx, &in, delta, lim, "write"); err != nil {
+		if err := checkDirty(&in, delta, lim, used, "write"); err != nil {
 			return err
 		}
 		in.hold(delta)
@@ -201,21 +182,25 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 	return in, nil
 }
 
+// usageFor reads Usage for the checks of lim, if it bounds anything.
+func (s *Store) usageFor(ctx context.Context, lim Limits) (Usage, error) {
+	if lim.Dirty <= 0 && lim.Total <= 0 {
+		return Usage{}, nil
+	}
+	return s.Usage(ctx)
+}
+
 // checkDirty refuses (ENOSPC) an edit of in that adds delta to the tier
-// when that takes the unexported bytes past lim.Dirty; the caller's
-// transaction then stores nothing of it. An edit that makes nothing more
-// unexported is never refused.
-func checkDirty(tx kv.Txn, in *Inode, delta tier.Bytes, lim Limits, what string) error {
+// when that takes the unexported bytes past lim.Dirty, u being the usage
+// before; the caller's transaction then stores nothing of it. An edit that
+// makes nothing more unexported is never refused.
+func checkDirty(in *Inode, delta tier.Bytes, lim Limits, u Usage, what string) error {
 	grow := delta.Dirty
 	if in.Has(unstamped) {
 		grow = delta.Cached // all its bytes count (Inode.hold)
 	}
 	if lim.Dirty <= 0 || grow <= 0 {
 		return nil
-	}
-	u, err := getUsage(tx)
-	if err != nil {
-		return err
 	}
 	if u.Dirty+grow > lim.Dirty {
 		return fmt.Errorf("this %s would take the tier's unexported data to %d bytes, past its capacity of %d: %w",
@@ -238,7 +223,7 @@ func (s *Store) EndWrite(ctx context.Context, ino Ino) error {
 			return err
 		}
 		in.UnfinishedWrite = 0
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 	if err != nil {
 		return fmt.Errorf("end the write to inode %d: %w", ino, err)
@@ -305,7 +290,11 @@ func (s *Store) MissingData(ctx context.Context, ino Ino, off, n int64) (missing
 // error wraps tier.ErrStale: the identity of a version is its key, version
 // id and ETag.
 func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, off int64, lim Limits) error {
-	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+	used, err := s.usageFor(ctx, lim)
+	if err != nil {
+		return fmt.Errorf("fill inode %d at %d: %w", ino, off, err)
+	}
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		in, err := s.regularFile(tx, ino)
 		if err != nil {
 			return err
@@ -313,14 +302,8 @@ func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, of
 		if in.Base.Key != base.Key || in.Base.VersionID != base.VersionID || in.Base.ETag != base.ETag {
 			return tier.ErrStale
 		}
-		if lim.Total > 0 {
-			u, err := getUsage(tx)
-			if err != nil {
-				return err
-			}
-			if u.Total+int64(len(p)) > lim.Total {
-				return fmt.Errorf("the tier is full: %w", syscall.ENOSPC)
-			}
+		if lim.Total > 0 && used.Total+int64(len(p)) > lim.Total {
+			return fmt.Errorf("the tier is full: %w", syscall.ENOSPC)
 		}
 		delta, err := tier.Fill(tx, uint64(ino), p, off, in.Backed, in.stamp())
 		if err != nil || delta == (tier.Bytes{}) {
@@ -328,11 +311,11 @@ func (s *Store) FillData(ctx context.Context, ino Ino, base Object, p []byte, of
 		}
 		// Bytes filled into a block with local changes count as
 		// unexported, as the block does.
-		if err := checkDirty(tx, &in, delta, lim, "fill"); err != nil {
+		if err := checkDirty(&in, delta, lim, used, "fill"); err != nil {
 			return err
 		}
 		in.hold(delta)
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 	if err != nil {
 		return fmt.Errorf("fill inode %d at %d: %w", ino, off, err)
@@ -449,7 +432,7 @@ func (s *Store) EvictData(ctx context.Context, ino Ino) (freed int64, err error)
 		default:
 			return nil
 		}
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 	return freed, err
 }
@@ -486,7 +469,7 @@ func (s *Store) ReclaimData(ctx context.Context, ino Ino) error {
 			return err
 		}
 		in.dropHeld()
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 }
 

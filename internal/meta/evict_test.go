@@ -108,7 +108,7 @@ func TestAChangedFileWithoutItsOwnBaseOrStampsKeepsItsBlocks(t *testing.T) {
 				}
 				in.Flags |= unstamped
 				in.Unexported = in.Cached
-				return putInode(tx, &in)
+				return s.putInode(tx, &in)
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -88,6 +88,9 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 // bucket the import rests on: a name it would add that a file-side change
 // stands against (see fences.go) fails with EAGAIN.
 func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
+	if err := s.reserveInos(ctx, len(missing)+1); err != nil {
+		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
+	}
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, err := s.getInode(tx, parent)
 		if err != nil {
@@ -120,10 +123,10 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 				return err
 			}
 			dir.Flags |= Listed // a new prefix: the object is all it holds
-			if err := putInode(tx, &dir); err != nil {
+			if err := s.putInode(tx, &dir); err != nil {
 				return err
 			}
-			if err := putInode(tx, &p); err != nil {
+			if err := s.putInode(tx, &p); err != nil {
 				return err
 			}
 			p = dir
@@ -146,7 +149,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			if err != nil {
 				return err
 			}
-			return putInode(tx, &p)
+			return s.putInode(tx, &p)
 		}
 		if in, err = s.getInode(tx, cur); err != nil {
 			return err
@@ -175,7 +178,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			if in, err = s.addImported(tx, &p, it); err != nil {
 				return err
 			}
-			return putInode(tx, &p)
+			return s.putInode(tx, &p)
 		}
 		if !in.IsDir() && in.Nlink > 1 {
 			// One name of a hard-linked file changed in the bucket: that
@@ -189,7 +192,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			if in, err = s.addImported(tx, &p, it); err != nil {
 				return err
 			}
-			return putInode(tx, &p)
+			return s.putInode(tx, &p)
 		}
 		in.Mode, in.Uid, in.Gid, in.Rdev = it.Mode, it.Uid, it.Gid, it.Rdev
 		in.Flags = in.Flags&^Defaulted | it.Defaulted&Defaulted
@@ -222,7 +225,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
 		}
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
@@ -258,7 +261,7 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 			in.Backed = 0
 		}
 	}
-	if err := putInode(tx, &in); err != nil {
+	if err := s.putInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
 	if err := indexKeys(tx, in.Ino, nil, in.Keys); err != nil {
@@ -282,7 +285,7 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 			return err
 		}
 		if !unlink {
-			return putInode(tx, &in)
+			return s.putInode(tx, &in)
 		}
 		if in.IsDir() {
 			empty, err := isEmpty(tx, in.Ino)
@@ -290,7 +293,7 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 				return err
 			}
 			if !empty {
-				return putInode(tx, &in) // keep a directory that still holds things
+				return s.putInode(tx, &in) // keep a directory that still holds things
 			}
 		}
 		if err := s.unlink(tx, &p, name, &in, in.IsDir()); err != nil {
@@ -298,11 +301,11 @@ func (s *Store) ForgetKey(ctx context.Context, parent Ino, name string, expect *
 		}
 		if in.Nlink == 0 {
 			in.deletedInBucket(key)
-			if err := putInode(tx, &in); err != nil {
+			if err := s.putInode(tx, &in); err != nil {
 				return err
 			}
 		}
-		return putInode(tx, &p)
+		return s.putInode(tx, &p)
 	})
 }
 
@@ -339,10 +342,10 @@ func (s *Store) DropImportedDir(ctx context.Context, parent Ino, name string, ex
 			return err
 		}
 		in.Flags |= DeletedInBucket
-		if err := putInode(tx, &in); err != nil {
+		if err := s.putInode(tx, &in); err != nil {
 			return err
 		}
-		return putInode(tx, &p)
+		return s.putInode(tx, &p)
 	})
 }
 
@@ -425,7 +428,7 @@ func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name s
 	in.Source = ""
 	in.Ctime = now.UnixNano()
 	lf.Mtime, lf.Ctime = in.Ctime, in.Ctime
-	if err := putInode(tx, &lf); err != nil {
+	if err := s.putInode(tx, &lf); err != nil {
 		return "", err
 	}
 	return name, putEntry(tx, lf.Ino, name, in)
@@ -436,6 +439,9 @@ func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name s
 // key of parent/name: the bucket's version wins the name, and this one is
 // kept only on the file side.
 func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, expect *Inode, newName, key string) error {
+	if err := s.reserveInos(ctx, 1); err != nil { // for a copy (copyToLostFound)
+		return err
+	}
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, in, err := s.expectedChild(tx, parent, name, expect)
 		if err != nil {
@@ -481,7 +487,7 @@ func (s *Store) detach(tx kv.Txn, p *Inode, name string, in *Inode, key string) 
 	if err := dropKey(tx, in, key); err != nil {
 		return err
 	}
-	return putInode(tx, in)
+	return s.putInode(tx, in)
 }
 
 // copyToLostFound is MoveToLostFound for a file with other names: they
@@ -495,7 +501,7 @@ func (s *Store) copyToLostFound(tx kv.Txn, p *Inode, name string, in, lf *Inode,
 	}
 	now := in.Ctime
 	p.Mtime, p.Ctime = now, now
-	if err := putInode(tx, p); err != nil {
+	if err := s.putInode(tx, p); err != nil {
 		return err
 	}
 	ino, err := s.allocIno(tx)
@@ -509,11 +515,11 @@ func (s *Store) copyToLostFound(tx kv.Txn, p *Inode, name string, in, lf *Inode,
 	if err := tier.Clone(tx, uint64(in.Ino), uint64(ino)); err != nil {
 		return err
 	}
-	if err := putInode(tx, &cp); err != nil {
+	if err := s.putInode(tx, &cp); err != nil {
 		return err
 	}
 	lf.Mtime, lf.Ctime = now, now
-	if err := putInode(tx, lf); err != nil {
+	if err := s.putInode(tx, lf); err != nil {
 		return err
 	}
 	return putEntry(tx, lf.Ino, newName, &cp)
@@ -542,6 +548,6 @@ func (s *Store) DropKey(ctx context.Context, ino Ino, key string) error {
 		if err := dropKey(tx, &in, key); err != nil {
 			return err
 		}
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 }

@@ -46,7 +46,7 @@ func (s *Store) shareLostFound(tx kv.Txn) error {
 	if lf.Mode&0o7777 == 0o700 {
 		lf.Mode = lf.Type() | LostFoundMode
 		lf.Ctime = s.now().UnixNano()
-		if err := putInode(tx, &lf); err != nil {
+		if err := s.putInode(tx, &lf); err != nil {
 			return err
 		}
 	}

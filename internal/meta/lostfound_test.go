@@ -47,7 +47,7 @@ func TestAnOldPrivateLostFoundIsSharedOnceAtStart(t *testing.T) {
 			return err
 		}
 		lf.Mode = syscall.S_IFDIR | 0o700
-		if err := putInode(tx, &lf); err != nil {
+		if err := s.putInode(tx, &lf); err != nil {
 			return err
 		}
 		return tx.Delete(keyLostFoundShared)

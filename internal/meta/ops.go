@@ -69,6 +69,9 @@ type Check func(parent, child *Inode) error
 // Flags are used) under the name name in parent. It fails with EEXIST when
 // the name is taken. check, if non-nil, sees the parent and the new inode.
 func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
+	if err := s.reserveInos(ctx, 1); err != nil {
+		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
+	}
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		p, err := s.getInode(tx, parent)
 		if err != nil {
@@ -127,15 +130,15 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 	if !in.Has(NoExport) {
 		in.Gen = 1
 		in.Flags |= DataDirty
-		if err := enqueueNew(tx, in.Ino, now.Add(s.exportDelay)); err != nil {
+		if err := s.enqueueNew(tx, in.Ino, now.Add(s.exportDelay)); err != nil {
 			return Inode{}, err
 		}
 	}
 	p.Mtime, p.Ctime = ns, ns
-	if err := putInode(tx, p); err != nil {
+	if err := s.putInode(tx, p); err != nil {
 		return Inode{}, err
 	}
-	if err := putInode(tx, &in); err != nil {
+	if err := s.putInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
 	return in, putEntry(tx, parent, name, &in)
@@ -175,7 +178,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, ch
 		if err := s.markChanged(tx, &in, NoChange, now); err != nil {
 			return err
 		}
-		if err := putInode(tx, &p); err != nil {
+		if err := s.putInode(tx, &p); err != nil {
 			return err
 		}
 		return putEntry(tx, newParent, newName, &in)
@@ -213,7 +216,7 @@ func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, c
 		if err := s.unlink(tx, &p, name, &in, dir); err != nil {
 			return err
 		}
-		if err := putInode(tx, &p); err != nil {
+		if err := s.putInode(tx, &p); err != nil {
 			return err
 		}
 		s.nameRemoved(parent, name)
@@ -294,7 +297,7 @@ func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) 
 		in.Gen++
 		in.Flags |= DataDirty
 	}
-	if err := putInode(tx, in); err != nil {
+	if err := s.putInode(tx, in); err != nil {
 		return err
 	}
 	if in.Has(NoExport) {
@@ -304,7 +307,7 @@ func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) 
 		// A change of names leaves Gen alone: the new queue token is all
 		// that tells an export under way (meta.Synced) that the names it
 		// worked from are gone, so it is always written.
-		return enqueue(tx, in.Ino, due)
+		return s.enqueue(tx, in.Ino, due)
 	}
 	return s.restartQuietPeriod(tx, in.Ino, due)
 }
@@ -321,7 +324,7 @@ func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, due time.Time) error {
 	} else if d := due.UnixNano() - at; queued && d >= 0 && d < int64(s.exportDelay/64) {
 		return nil
 	}
-	return enqueue(tx, ino, due)
+	return s.enqueue(tx, ino, due)
 }
 
 // Update applies fn to the current inode in one transaction. fn says what it
@@ -336,7 +339,7 @@ func (s *Store) Update(ctx context.Context, ino Ino, fn func(in *Inode) (Change,
 			return err
 		}
 		if c == NoChange {
-			return putInode(tx, &in)
+			return s.putInode(tx, &in)
 		}
 		return s.markChanged(tx, &in, c, s.now())
 	})

@@ -141,10 +141,10 @@ func (s *Store) move(tx kv.Txn, op *Inode, oldName string, np *Inode, newName st
 		np.Nlink++
 	}
 	op.Mtime, op.Ctime, np.Mtime, np.Ctime, src.Ctime = ns, ns, ns, ns, ns
-	if err := putInode(tx, op); err != nil {
+	if err := s.putInode(tx, op); err != nil {
 		return err
 	}
-	if err := putInode(tx, np); err != nil {
+	if err := s.putInode(tx, np); err != nil {
 		return err
 	}
 	return s.markChanged(tx, src, NoChange, now)
@@ -180,10 +180,10 @@ func (s *Store) exchange(tx kv.Txn, op *Inode, a string, np *Inode, b string, x,
 		np = op
 	}
 	op.Mtime, op.Ctime, np.Mtime, np.Ctime, x.Ctime, y.Ctime = ns, ns, ns, ns, ns, ns
-	if err := putInode(tx, op); err != nil {
+	if err := s.putInode(tx, op); err != nil {
 		return err
 	}
-	if err := putInode(tx, np); err != nil {
+	if err := s.putInode(tx, np); err != nil {
 		return err
 	}
 	if err := s.markChanged(tx, x, NoChange, now); err != nil {

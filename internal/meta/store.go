@@ -14,20 +14,22 @@ import (
 	"bucketfs/internal/kv"
 )
 
-// Key layout. Integers are big-endian so that keys sort by number.
+// Key layout. Integers are big-endian so that keys sort by number. No key
+// is read and written by every operation (see counters.go).
 //
 //	c/fsid                      file system id (hex)
-//	c/next                      next inode number to allocate
+//	c/next                      first inode number no Store has claimed
 //	i<ino>                      inode record
 //	d<parent><name>             directory entry: child ino + type byte
 //	l<ino><parent><name>        link record (empty value)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
 //	Q<due><ino>                 the same entries ordered by time
-//	c/queued                    number of q entries
+//	c/queued/<store><sub>       a cell of the number of q entries (counters.go)
 //	k<object key>               the inode whose Keys hold that object key
 //	b<ino><block index>         a block of file data (package tier)
-//	c/usage                     bytes the blocks hold: in all, of dirty files
+//	c/usage/<store><sub>        a cell of the bytes the blocks hold: in all,
+//	                            unexported (Usage; counters.go)
 //	u<upload id>                object key of a multipart upload in flight (uploads.go)
 //	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
 //	U<key>                      a multipart upload of key about to be created (uploads.go)
@@ -50,9 +52,8 @@ const (
 )
 
 var (
-	keyFsid   = []byte("c/fsid")
-	keyNext   = []byte("c/next")
-	keyQueued = []byte("c/queued")
+	keyFsid = []byte("c/fsid")
+	keyNext = []byte("c/next")
 )
 
 // LostFoundPrefix starts the name of the lost+found directory at the root.
@@ -97,7 +98,9 @@ type Store struct {
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
 	defaults    Defaults
-	fences      fences // see fences.go
+	fences      fences   // see fences.go
+	inos        inoRange // the numbers this Store gives out (counters.go)
+	cells       uint64   // names this Store's counter cells (counters.go)
 
 	changes                       changeLog // see changes.go
 	changeWindow, changeRetention time.Duration
@@ -107,7 +110,10 @@ type Store struct {
 // empty: a root directory with the owner and directory mode of
 // opt.Defaults, and the lost+found directory (the same owner,
 // LostFoundMode). An existing file system's lost+found made 0700 is given
-// LostFoundMode once (shareLostFound).
+// LostFoundMode once (shareLostFound). Each Open claims its first range of
+// inode numbers and folds the counters' cells into its own (counters.go),
+// so that two Stores open on one db (two servers sharing one database)
+// give out different numbers and write different cells.
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound,
 		defaults: StandardDefaults()}
@@ -131,26 +137,41 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		s.kv = loggingStore{Store: db, s: s}
 		db = s.kv
 	}
+	var inos Ino
 	err := db.Update(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(keyFsid)
-		if err == nil {
+		switch {
+		case err == nil:
 			s.fsid = string(v)
-			if err := checkBucket(tx, opt.Bucket); err != nil {
+			if err := s.shareLostFound(tx); err != nil {
 				return err
 			}
-			return s.shareLostFound(tx)
-		}
-		if !errors.Is(err, kv.ErrNotFound) {
+		case errors.Is(err, kv.ErrNotFound):
+			if err := s.format(tx); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
-		if err := s.format(tx); err != nil {
+		if err := checkBucket(tx, opt.Bucket); err != nil {
 			return err
 		}
-		return checkBucket(tx, opt.Bucket)
+		// The Store's first range of inode numbers, whose first number
+		// names its counter cells; the cells of earlier Stores, and the
+		// counters of a file system made before cells, fold into them.
+		if inos, err = claimInos(tx, inoClaim); err != nil {
+			return err
+		}
+		s.cells = uint64(inos)
+		if err := queuedCounter.fold(tx, s.cell(queuedCounter, 0)); err != nil {
+			return err
+		}
+		return usageCounter.fold(tx, s.cell(usageCounter, 0))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
+	s.inos.set(inos, inoClaim)
 	if err := s.bringQueueForward(ctx); err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
@@ -178,7 +199,7 @@ func (s *Store) format(tx kv.Txn) error {
 	if err := tx.Set(keyNext, kv.AppendUint64(nil, uint64(RootIno)+1)); err != nil {
 		return err
 	}
-	if err := putInode(tx, &root); err != nil {
+	if err := s.putInode(tx, &root); err != nil {
 		return err
 	}
 	lf := Inode{Mode: syscall.S_IFDIR | LostFoundMode, Uid: root.Uid, Gid: root.Gid, Flags: Listed | NoExport}
@@ -266,7 +287,7 @@ func (s *Store) takeKeys(tx kv.Txn, ino Ino, keys []Object) error {
 		if len(prev.Keys) == n {
 			continue
 		}
-		if err := putInode(tx, &prev); err != nil {
+		if err := s.putInode(tx, &prev); err != nil {
 			return err
 		}
 	}
@@ -347,9 +368,9 @@ func (s *Store) getInode(r kv.Reader, ino Ino) (Inode, error) {
 
 // putInode writes in, keeping the tier's usage counters in step with what
 // changed of its cached bytes and whether it is dirty.
-func putInode(tx kv.Txn, in *Inode) error {
+func (s *Store) putInode(tx kv.Txn, in *Inode) error {
 	if in.IsRegular() {
-		if err := account(tx, in); err != nil {
+		if err := s.account(tx, in); err != nil {
 			return err
 		}
 	}
@@ -388,23 +409,23 @@ func delEntry(tx kv.Txn, parent Ino, name string, child Ino) error {
 }
 
 // enqueue schedules ino for reconciliation at due, replacing an earlier time.
-func enqueue(tx kv.Txn, ino Ino, due time.Time) error {
+func (s *Store) enqueue(tx kv.Txn, ino Ino, due time.Time) error {
 	old, queued, err := queuedAt(tx, ino)
 	if err != nil {
 		return err
 	}
-	return enqueueAt(tx, ino, due, old, queued)
+	return s.enqueueAt(tx, ino, due, old, queued)
 }
 
 // enqueueNew queues an inode allocated in tx: inode numbers are never
 // used twice, so it has no queue entry to replace.
-func enqueueNew(tx kv.Txn, ino Ino, due time.Time) error {
-	return enqueueAt(tx, ino, due, 0, false)
+func (s *Store) enqueueNew(tx kv.Txn, ino Ino, due time.Time) error {
+	return s.enqueueAt(tx, ino, due, 0, false)
 }
 
 // enqueueAt is enqueue once the inode's current entry (old, if queued) is
 // known.
-func enqueueAt(tx kv.Txn, ino Ino, due time.Time, old int64, queued bool) error {
+func (s *Store) enqueueAt(tx kv.Txn, ino Ino, due time.Time, old int64, queued bool) error {
 	t := due.UnixNano()
 	if queued {
 		if old == t {
@@ -413,7 +434,7 @@ func enqueueAt(tx kv.Txn, ino Ino, due time.Time, old int64, queued bool) error 
 		if err := tx.Delete(dueKey(old, ino)); err != nil {
 			return err
 		}
-	} else if err := addQueued(tx, 1); err != nil {
+	} else if err := s.addQueued(tx, ino, 1); err != nil {
 		return err
 	}
 	if err := tx.Set(queueKey(ino), kv.AppendUint64(nil, uint64(t))); err != nil {
@@ -423,7 +444,7 @@ func enqueueAt(tx kv.Txn, ino Ino, due time.Time, old int64, queued bool) error 
 }
 
 // dequeue takes ino out of the queue, if it is there.
-func dequeue(tx kv.Txn, ino Ino) error {
+func (s *Store) dequeue(tx kv.Txn, ino Ino) error {
 	old, queued, err := queuedAt(tx, ino)
 	if err != nil || !queued {
 		return err
@@ -434,7 +455,7 @@ func dequeue(tx kv.Txn, ino Ino) error {
 	if err := tx.Delete(dueKey(old, ino)); err != nil {
 		return err
 	}
-	return addQueued(tx, -1)
+	return s.addQueued(tx, ino, -1)
 }
 
 // queuedAt returns when ino is due, if it is queued.
@@ -454,54 +475,4 @@ func queuedAt(r kv.Reader, ino Ino) (due int64, queued bool, err error) {
 
 func dueKey(due int64, ino Ino) []byte {
 	return kv.AppendUint64(kv.AppendUint64([]byte{pDue}, uint64(due)), uint64(ino))
-}
-
-// addQueued adjusts the queue length counter.
-func addQueued(tx kv.Txn, d int64) error {
-	n, err := queuedCount(tx)
-	if err != nil {
-		return err
-	}
-	return tx.Set(keyQueued, kv.AppendUint64(nil, uint64(max(n+d, 0))))
-}
-
-func queuedCount(r kv.Reader) (int64, error) {
-	v, err := r.Get(keyQueued)
-	if errors.Is(err, kv.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil || len(v) != 8 {
-		return 0, err
-	}
-	return int64(kv.Uint64(v)), nil
-}
-
-// NextIno returns the inode number the next new inode gets. Numbers at or
-// above it name no inode; after a crash that lost the end of the log, they
-// may have named inodes that are gone and will be given out again.
-func (s *Store) NextIno(ctx context.Context) (Ino, error) {
-	var next Ino
-	err := s.kv.View(ctx, func(r kv.Reader) error {
-		v, err := r.Get(keyNext)
-		if err != nil {
-			return fmt.Errorf("next inode: %w", err)
-		}
-		next = Ino(kv.Uint64(v))
-		return nil
-	})
-	return next, err
-}
-
-// allocIno gives out the next inode number. Invariant: no key of the
-// store names a number at or above keyNext, in any state the store can
-// be in (after a crash too): a number is given out and its first keys are
-// written in one transaction, and numbers never go back. So a new inode
-// has nothing to replace (enqueueNew relies on it).
-func (s *Store) allocIno(tx kv.Txn) (Ino, error) {
-	v, err := tx.Get(keyNext)
-	if err != nil {
-		return 0, fmt.Errorf("allocate inode: %w", err)
-	}
-	ino := kv.Uint64(v)
-	return Ino(ino), tx.Set(keyNext, kv.AppendUint64(nil, ino+1))
 }

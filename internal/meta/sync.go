@@ -65,7 +65,7 @@ func (s *Store) Enqueue(ctx context.Context, ino Ino, due time.Time, keepEarlier
 				return nil
 			}
 		}
-		return enqueue(tx, ino, due)
+		return s.enqueue(tx, ino, due)
 	})
 }
 
@@ -87,7 +87,7 @@ func (s *Store) bringQueueForward(ctx context.Context) error {
 			return err
 		}
 		for _, ino := range late {
-			if err := enqueue(tx, ino, limit); err != nil {
+			if err := s.enqueue(tx, ino, limit); err != nil {
 				return err
 			}
 		}
@@ -127,7 +127,7 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 			in.Flags &^= DataDirty | unstamped
 			in.Unexported = 0
 		}
-		if err := putInode(tx, &in); err != nil {
+		if err := s.putInode(tx, &in); err != nil {
 			return err
 		}
 		// What the intents stood for is recorded in Keys now.
@@ -144,7 +144,7 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		}
 		if at == q.Due && !in.Dirty() {
 			done = true
-			return dequeue(tx, q.Ino)
+			return s.dequeue(tx, q.Ino)
 		}
 		return nil
 	})
@@ -192,7 +192,7 @@ func (s *Store) RecordWritten(ctx context.Context, ino Ino, objs []Object) error
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
 		}
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 }
 
@@ -215,7 +215,7 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 			if err := dropIntents(tx, ino); err != nil {
 				return err
 			}
-			return dequeue(tx, ino)
+			return s.dequeue(tx, ino)
 		}
 		if err != nil {
 			return err
@@ -234,13 +234,13 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 			return err
 		}
 		u := usageOf(&in)
-		if err := addUsage(tx, Usage{Total: -u.Total, Dirty: -u.Dirty}); err != nil {
+		if err := s.addUsage(tx, ino, Usage{Total: -u.Total, Dirty: -u.Dirty}); err != nil {
 			return err
 		}
 		if err := tx.Delete(inodeKey(ino)); err != nil {
 			return err
 		}
-		if err := dequeue(tx, ino); err != nil {
+		if err := s.dequeue(tx, ino); err != nil {
 			return err
 		}
 		return tx.DeleteRange(xattrPrefix(ino), kv.PrefixEnd(xattrPrefix(ino)))
@@ -275,6 +275,9 @@ type Imported struct {
 // back in held, for the caller to look at again. When last is set, the
 // directory is marked Listed: every later lookup is answered from meta.
 func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items []Imported, last bool) (added int, held []string, err error) {
+	if err := s.reserveInos(ctx, len(items)); err != nil {
+		return 0, nil, err
+	}
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
 		added, held = 0, held[:0]
 		p, err := s.getInode(tx, dir)
@@ -312,7 +315,7 @@ func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items [
 		if last {
 			p.Flags |= Listed
 		}
-		return putInode(tx, &p)
+		return s.putInode(tx, &p)
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("import into %d: %w", dir, err)

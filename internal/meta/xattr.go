@@ -87,6 +87,6 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 			return err
 		}
 		in.Ctime = s.now().UnixNano()
-		return putInode(tx, &in)
+		return s.putInode(tx, &in)
 	})
 }
