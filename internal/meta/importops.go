@@ -32,10 +32,17 @@ type Resolved struct {
 // Resolve walks key (relative to the file system's prefix; a trailing "/"
 // names a directory marker) from the root through listed directories.
 func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		res, err = s.resolve(r, key)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) resolve(r kv.Reader, key string) (res Resolved, err error) {
 	key = strings.TrimSuffix(key, "/")
 	parts := strings.Split(key, "/")
-	err = s.kv.View(ctx, func(r kv.Reader) error {
-		res = Resolved{}
+	err = func() error {
 		dir, err := s.getInode(r, RootIno)
 		if err != nil {
 			return err
@@ -76,7 +83,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 			dir = child
 		}
 		return nil
-	})
+	}()
 	return res, err
 }
 
@@ -89,6 +96,9 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 // stands against (see fences.go) fails with EAGAIN.
 func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		if o.expired() {
+			return errObservationExpired
+		}
 		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
@@ -112,7 +122,9 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			if !errors.Is(err, syscall.ENOENT) {
 				return err
 			}
-			if o.removedSince(p.Ino, d) {
+			if removed, err := o.removedSince(tx, p.Ino, d); err != nil {
+				return err
+			} else if removed {
 				return fmt.Errorf("import %q: removed on the file side after the bucket was looked at: %w", d, syscall.EAGAIN)
 			}
 			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR, Defaulted: Defaulted, Mtime: it.Mtime})
