@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"bucketfs/internal/kv"
 )
 
 // observe opens an observation of dir on s, as an importer does before
@@ -338,4 +340,131 @@ func TestRacingImportsOnOneServerNeverBringBackWhatAnotherRemovedAfterTheirObser
 		t.Fatalf("seed %d: a race of %d removals and %d imports proves nothing", seed, removalsDone.Load(), importsAccepted.Load())
 	}
 	t.Logf("%d removals, %d imports accepted", removalsDone.Load(), importsAccepted.Load())
+}
+
+// The revalidation path: server B resolves a key and observes its
+// directory in one look (ResolveObserved), then A unlinks the name and its
+// exporter drops the key; B's import of what its HEAD showed is refused. A
+// look after the removal imports it.
+func TestARevalidationOnOneServerResolvedBeforeARemovalThroughAnotherIsRefused(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	a, b := twoServers(t, &now)
+	w := importedDir(t, a, RootIno, "w")
+	if _, _, err := a.AddImported(ctx, Observation{}, w.Ino, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	x, err := a.ImportObject(ctx, Observation{}, w.Ino, nil, "x", nil, importedFile("x", "w/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, before, err := b.ResolveObserved(ctx, "w/x")
+	if err != nil || res.Parent != w.Ino || res.Child == nil {
+		t.Fatalf("resolve w/x on b: %+v, %v", res, err)
+	}
+	if _, err := a.Remove(ctx, w.Ino, "x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Forget(ctx, x.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ImportObject(ctx, before, res.Parent, res.Missing, res.Name, nil, importedFile("x", "w/x")); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("b's revalidation resolved before a's unlink: %v, want EAGAIN", err)
+	}
+	res, after, err := b.ResolveObserved(ctx, "w/x")
+	if err != nil || res.Parent != w.Ino || res.Child != nil {
+		t.Fatalf("resolve w/x on b after the unlink: %+v, %v", res, err)
+	}
+	if _, err := b.ImportObject(ctx, after, res.Parent, res.Missing, res.Name, nil, importedFile("x", "w/x")); err != nil {
+		t.Fatalf("b's revalidation resolved after a's unlink: %v", err)
+	}
+}
+
+// writeRecorder is a kv.Store that notes the fence records (fences.go)
+// each transaction writes.
+type writeRecorder struct {
+	kv.Store
+	mu     sync.Mutex
+	writes map[string]bool
+}
+
+func (w *writeRecorder) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
+	return w.UpdateSized(ctx, 0, fn)
+}
+
+func (w *writeRecorder) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
+	return w.Store.UpdateSized(ctx, size, func(tx kv.Txn) error {
+		return fn(&recordingTxn{Txn: tx, w: w})
+	})
+}
+
+type recordingTxn struct {
+	kv.Txn
+	w *writeRecorder
+}
+
+func (t *recordingTxn) note(key []byte) {
+	if len(key) > 0 && (key[0] == pFenceSeq || key[0] == pNameTomb || key[0] == pKeyTomb) {
+		t.w.mu.Lock()
+		t.w.writes[string(key)] = true
+		t.w.mu.Unlock()
+	}
+}
+
+func (t *recordingTxn) Set(key, value []byte) error { t.note(key); return t.Txn.Set(key, value) }
+func (t *recordingTxn) Delete(key []byte) error     { t.note(key); return t.Txn.Delete(key) }
+
+// taken returns the fence records written since the last call.
+func (w *writeRecorder) taken() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.writes
+	w.writes = map[string]bool{}
+	return out
+}
+
+// The fence records add no key that removals and key drops in different
+// directories share: under SERIALIZABLE, removals through two servers in
+// two directories do not conflict on them.
+func TestFenceRecordsOfDifferentDirectoriesShareNoKey(t *testing.T) {
+	ctx := context.Background()
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	rec := &writeRecorder{Store: db, writes: map[string]bool{}}
+	s, err := Open(ctx, rec, Options{ExportDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inDir := func(d string) map[string]bool {
+		t.Helper()
+		dir := importedDir(t, s, RootIno, d)
+		f, err := s.ImportObject(ctx, Observation{}, dir.Ino, nil, "f", nil, importedFile("f", d+"/f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, dir.Ino, "g", syscall.S_IFREG|0o644)
+		rec.taken()
+		if _, err := s.Remove(ctx, dir.Ino, "f", false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Forget(ctx, f.Ino); err != nil { // drops the key d/f
+			t.Fatal(err)
+		}
+		if _, err := s.Rename(ctx, dir.Ino, "g", dir.Ino, "h", 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		return rec.taken()
+	}
+	one, two := inDir("one"), inDir("two")
+	if len(one) == 0 || len(two) == 0 {
+		t.Fatalf("no fence records written: %d, %d", len(one), len(two))
+	}
+	for k := range one {
+		if two[k] {
+			t.Fatalf("removals in two directories both wrote %q", k)
+		}
+	}
 }
