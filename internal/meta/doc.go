@@ -38,7 +38,8 @@
 // that nothing records. An import applies an observation of the bucket (a
 // LIST, a HEAD) made before its transaction; it never adds back a name the
 // file side removed after that observation, nor a name whose objects are
-// the file side's own removals (fences.go). This package never talks to
+// the file side's own removals, whichever server sharing the store made
+// the removal (fences.go: the records are in the store). This package never talks to
 // the bucket; it records what the bucket holds. Permission checks belong
 // to package vfs: meta applies what it is told.
 package meta
