@@ -67,7 +67,8 @@ import (
 //
 // Age and trimming: an observation serves imports for at most
 // Options.MaxObservationAge after it was taken, by the clock of the server
-// that holds it; an import resting on an older one fails with EAGAIN. A
+// that holds it; an import resting on an older one fails with EAGAIN
+// (checked again when its transaction has done its reads: fenced). A
 // tombstone matters only to observations older than it. TrimFences
 // deletes one after this server has seen it, unchanged, for longer than
 // that age plus fenceTrimMargin by its own clock: every observation older
@@ -158,6 +159,25 @@ func (o Observation) expired() bool {
 // errObservationExpired refuses an import resting on an expired
 // observation.
 var errObservationExpired = fmt.Errorf("the bucket was looked at too long ago: %w", syscall.EAGAIN)
+
+// fenced wraps the transaction of an import resting on o: it fails unless
+// o is still within its age when the transaction has done its reads, so
+// every tombstone o may need was still there when they were made (see
+// fences: TrimFences deletes one only past the age plus a margin).
+func (o Observation) fenced(fn func(tx kv.Txn) error) func(tx kv.Txn) error {
+	return func(tx kv.Txn) error {
+		if o.expired() {
+			return errObservationExpired
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if o.expired() {
+			return errObservationExpired
+		}
+		return nil
+	}
+}
 
 func fenceSeq(r kv.Reader, dir Ino) (uint64, error) {
 	v, err := r.Get(fenceSeqKey(dir))

@@ -95,10 +95,7 @@ func (s *Store) resolve(r kv.Reader, key string) (res Resolved, err error) {
 // bucket the import rests on: a name it would add that a file-side change
 // stands against (see fences.go) fails with EAGAIN.
 func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, missing []string, name string, expect *Inode, it Imported) (in Inode, err error) {
-	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		if o.expired() {
-			return errObservationExpired
-		}
+	err = s.kv.Update(ctx, o.fenced(func(tx kv.Txn) error {
 		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
@@ -235,7 +232,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			return err
 		}
 		return putInode(tx, &in)
-	})
+	}))
 	if err != nil {
 		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
 	}

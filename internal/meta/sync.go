@@ -284,11 +284,8 @@ type Imported struct {
 // back in held, for the caller to look at again. When last is set, the
 // directory is marked Listed: every later lookup is answered from meta.
 func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items []Imported, last bool) (added int, held []string, err error) {
-	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+	err = s.kv.Update(ctx, o.fenced(func(tx kv.Txn) error {
 		added, held = 0, held[:0]
-		if o.expired() {
-			return errObservationExpired
-		}
 		p, err := s.getInode(tx, dir)
 		if err != nil {
 			return err
@@ -325,7 +322,7 @@ func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items [
 			p.Flags |= Listed
 		}
 		return putInode(tx, &p)
-	})
+	}))
 	if err != nil {
 		return 0, nil, fmt.Errorf("import into %d: %w", dir, err)
 	}
