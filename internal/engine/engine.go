@@ -342,6 +342,7 @@ func (e *Engine) Start() {
 		e.spawn(func() { every(ctx, 5*time.Second, func() { e.evict(ctx) }) })
 	}
 	e.spawn(func() { e.summarize(ctx, e.summaryInterval) })
+	e.spawn(func() { e.trimFences(ctx) })
 	if e.cfg.Shared {
 		e.spawn(func() { e.followChanges(ctx) })
 		e.spawn(func() { e.trimChanges(ctx) })

@@ -53,3 +53,14 @@ func (e *Engine) trimChanges(ctx context.Context) {
 		}
 	})
 }
+
+// trimFences deletes the tombstones of the observation fences that no
+// import can need any more (meta.Store.TrimFences) now and then. Every
+// server does it, shared or not: each one's deletes are safe on their own.
+func (e *Engine) trimFences(ctx context.Context) {
+	every(ctx, trimInterval, func() {
+		if err := e.Meta.TrimFences(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("trim the observation fences", "err", err)
+		}
+	})
+}

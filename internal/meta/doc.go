@@ -38,11 +38,12 @@
 // that nothing records. An import applies an observation of the bucket (a
 // LIST, a HEAD) made before its transaction; it never adds back a name the
 // file side removed after that observation, nor a name whose objects are
-// the file side's own removals (fences.go). No key is read and written by
-// every operation, so that servers sharing one kv do not serialize on it:
-// operations on different directories and files through different Stores
-// touch disjoint keys (inode numbers come from ranges each Store claims,
-// counters are sums of per-Store cells: counters.go). This package never
-// talks to the bucket; it records what the bucket holds. Permission checks
-// belong to package vfs: meta applies what it is told.
+// the file side's own removals, whichever server sharing the store made
+// the removal (fences.go: the records are in the store). No key is read
+// and written by every operation, so that servers sharing one kv do not
+// serialize on it: operations on different directories and files through
+// different Stores touch disjoint keys (inode numbers come from ranges each
+// Store claims, counters are sums of per-Store cells: counters.go). This
+// package never talks to the bucket; it records what the bucket holds.
+// Permission checks belong to package vfs: meta applies what it is told.
 package meta

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
+
+	"bucketfs/internal/kv"
 )
 
 // Issue 21, corner 6 (see fences.go): an import resting on an observation
@@ -32,8 +35,7 @@ func TestAnImportOlderThanAFileSideRemovalDoesNotAddTheNameBack(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			mustCreate(t, s, RootIno, "x", syscall.S_IFREG|0o644)
 			mustCreate(t, s, RootIno, "d", syscall.S_IFDIR|0o755)
-			before := s.Observe()
-			defer before.End()
+			before := observe(t, s, RootIno)
 			if err := c.remove(s); err != nil {
 				t.Fatal(err)
 			}
@@ -56,8 +58,7 @@ func TestAnImportOlderThanAFileSideRemovalDoesNotAddTheNameBack(t *testing.T) {
 			if _, err := s.Lookup(ctx, RootIno, c.it.Name); !errors.Is(err, syscall.ENOENT) {
 				t.Fatalf("%s is back: %v", c.it.Name, err)
 			}
-			after := s.Observe()
-			defer after.End()
+			after := observe(t, s, RootIno)
 			if _, err := s.ImportObject(ctx, after, RootIno, nil, c.it.Name, nil, c.it); err != nil {
 				t.Fatalf("an import made after the removal: %v", err)
 			}
@@ -101,8 +102,7 @@ func TestObjectsOfOurOwnRemovalsAreNoEvidenceOfADirectory(t *testing.T) {
 		_, err := s.ImportObject(ctx, o, RootIno, nil, "d", nil, it)
 		return err
 	}
-	obs := s.Observe()
-	defer obs.End()
+	obs := observe(t, s, RootIno)
 	if err := importDir(obs, dir("d/f")); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("a directory whose only object waits for its delete: %v, want EAGAIN", err)
 	}
@@ -117,49 +117,83 @@ func TestObjectsOfOurOwnRemovalsAreNoEvidenceOfADirectory(t *testing.T) {
 	}
 }
 
-// Records of removals are kept only while an observation older than them
-// is open: a removal with none open leaves nothing, and the end of the
-// last observation drops what was kept.
-func TestFenceRecordsLastOnlyWhileAnOlderObservationIsOpen(t *testing.T) {
-	s := openStore(t, t.TempDir())
+// Tombstones are kept as long as an observation older than them may
+// still serve an import, and no longer (see fences.go): an import resting
+// on an observation older than the age bound is refused; a tombstone
+// seen unchanged for longer than the bound (plus the margin) is trimmed,
+// and one that changed since it was first seen is kept.
+func TestATombstoneIsTrimmedOnlyWhenNoObservationOlderThanItCanServeAnImport(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"a", "b", "c"} {
+	now := time.Unix(1_800_000_000, 0)
+	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const age = time.Minute
+	s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Now: func() time.Time { return now }, MaxObservationAge: age})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
 		mustCreate(t, s, RootIno, name, syscall.S_IFREG|0o644)
 	}
-	remove := func(name string) {
+	tombstones := func() (names []string) {
 		t.Helper()
-		if _, err := s.Remove(ctx, RootIno, name, false, nil); err != nil {
+		err := db.View(ctx, func(r kv.Reader) error {
+			p := nameTombPrefix(RootIno)
+			return r.Scan(p, kv.PrefixEnd(p), func(k, v []byte) bool {
+				names = append(names, string(k[len(p):]))
+				return true
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	trim := func() {
+		t.Helper()
+		if err := s.TrimFences(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	records := func() int {
-		s.fences.mu.Lock()
-		defer s.fences.mu.Unlock()
-		return len(s.fences.log) + len(s.fences.removed) + len(s.fences.dropped)
+	old := observe(t, s, RootIno)
+	if _, err := s.Remove(ctx, RootIno, "a", false, nil); err != nil {
+		t.Fatal(err)
 	}
-	remove("a")
-	if n := records(); n != 0 {
-		t.Fatalf("%d records with no observation open", n)
+	trim() // first sighting of a's tombstone
+	now = now.Add(age + fenceTrimMargin)
+	mustCreate(t, s, RootIno, "b2", syscall.S_IFREG|0o644)
+	if _, err := s.Rename(ctx, RootIno, "b2", RootIno, "b", 0, nil); err != nil {
+		t.Fatal(err)
 	}
-	first := s.Observe()
-	remove("b")
-	second := s.Observe()
-	remove("c")
-	if !first.removedSince(RootIno, "b") || second.removedSince(RootIno, "b") || !second.removedSince(RootIno, "c") {
-		t.Fatal("the records do not tell which removals came after which observation")
+	trim() // a's tombstone: not yet longer than the bound; b2's: first sighting
+	if got := tombstones(); !slices.Equal(got, []string{"a", "b2"}) {
+		t.Fatalf("tombstones %q after a trim within the bound, want [a b2]", got)
 	}
-	first.End()
-	if first.removedSince(RootIno, "a") || !second.removedSince(RootIno, "c") {
-		t.Fatal("ending the older observation dropped a record the newer one needs")
+	if _, err := s.ImportObject(ctx, old, RootIno, nil, "c", nil, Imported{Name: "c", Mode: syscall.S_IFREG | 0o644}); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("an import resting on an observation older than the bound: %v, want EAGAIN", err)
 	}
-	s.fences.mu.Lock()
-	_, kept := s.fences.removed[nameRef{RootIno, "b"}]
-	s.fences.mu.Unlock()
-	if kept {
-		t.Fatal("the removal of b, older than every open observation, is still recorded")
+	if _, _, err := s.AddImported(ctx, old, RootIno, []Imported{{Name: "c", Mode: syscall.S_IFREG | 0o644}}, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("a listing page resting on an observation older than the bound: %v, want EAGAIN", err)
 	}
-	second.End()
-	if n := records(); n != 0 {
-		t.Fatalf("%d records after the last observation ended", n)
+	now = now.Add(time.Second)
+	mustCreate(t, s, RootIno, "b2", syscall.S_IFREG|0o644)
+	if _, err := s.Remove(ctx, RootIno, "b2", false, nil); err != nil { // b2's tombstone changes
+		t.Fatal(err)
+	}
+	trim()
+	if got := tombstones(); !slices.Equal(got, []string{"b2"}) {
+		t.Fatalf("tombstones %q, want [b2]: a's is past the bound, b2's changed since it was seen", got)
+	}
+	now = now.Add(age + fenceTrimMargin + time.Second)
+	trim()
+	if got := tombstones(); len(got) != 0 {
+		t.Fatalf("tombstones %q left after every observation older than them expired", got)
+	}
+	fresh := observe(t, s, RootIno)
+	if _, err := s.ImportObject(ctx, fresh, RootIno, nil, "a", nil, Imported{Name: "a", Mode: syscall.S_IFREG | 0o644}); err != nil {
+		t.Fatalf("an import resting on a new observation: %v", err)
 	}
 }

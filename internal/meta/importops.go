@@ -32,10 +32,17 @@ type Resolved struct {
 // Resolve walks key (relative to the file system's prefix; a trailing "/"
 // names a directory marker) from the root through listed directories.
 func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		res, err = s.resolve(r, key)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) resolve(r kv.Reader, key string) (res Resolved, err error) {
 	key = strings.TrimSuffix(key, "/")
 	parts := strings.Split(key, "/")
-	err = s.kv.View(ctx, func(r kv.Reader) error {
-		res = Resolved{}
+	err = func() error {
 		dir, err := s.getInode(r, RootIno)
 		if err != nil {
 			return err
@@ -76,7 +83,7 @@ func (s *Store) Resolve(ctx context.Context, key string) (res Resolved, err erro
 			dir = child
 		}
 		return nil
-	})
+	}()
 	return res, err
 }
 
@@ -91,7 +98,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 	if err := s.reserveInos(ctx, len(missing)+1); err != nil {
 		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
 	}
-	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+	err = s.kv.Update(ctx, o.fenced(func(tx kv.Txn) error {
 		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
@@ -115,7 +122,9 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			if !errors.Is(err, syscall.ENOENT) {
 				return err
 			}
-			if o.removedSince(p.Ino, d) {
+			if removed, err := o.removedSince(tx, p.Ino, d); err != nil {
+				return err
+			} else if removed {
 				return fmt.Errorf("import %q: removed on the file side after the bucket was looked at: %w", d, syscall.EAGAIN)
 			}
 			dir, err := s.addImported(tx, &p, Imported{Name: d, Mode: syscall.S_IFDIR, Defaulted: Defaulted, Mtime: it.Mtime})
@@ -226,7 +235,7 @@ func (s *Store) ImportObject(ctx context.Context, o Observation, parent Ino, mis
 			return err
 		}
 		return s.putInode(tx, &in)
-	})
+	}))
 	if err != nil {
 		return Inode{}, fmt.Errorf("import into %d: %w", parent, err)
 	}

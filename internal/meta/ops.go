@@ -219,8 +219,7 @@ func (s *Store) Remove(ctx context.Context, parent Ino, name string, dir bool, c
 		if err := s.putInode(tx, &p); err != nil {
 			return err
 		}
-		s.nameRemoved(parent, name)
-		return nil
+		return nameRemoved(tx, parent, name)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("remove %q from %d: %w", name, parent, err)

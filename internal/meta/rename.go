@@ -114,8 +114,7 @@ func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newPa
 		if err := s.move(tx, &op, oldName, &np, newName, &src); err != nil {
 			return err
 		}
-		s.nameRemoved(oldParent, oldName)
-		return nil
+		return nameRemoved(tx, oldParent, oldName)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rename %q in %d to %q in %d: %w", oldName, oldParent, newName, newParent, err)

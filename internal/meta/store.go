@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,6 +39,9 @@ import (
 //	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
 //	c/bucket                    s3://bucket/prefix the file system mirrors (origin.go)
 //	c/changes-trimmed           the time below which change records were deleted
+//	f<dir>                      a directory's fence sequence (fences.go)
+//	g<dir><name>                a name removed from dir: its fence number (fences.go)
+//	G<object key>               a key whose record an export dropped: <dir><fence number> (fences.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
@@ -87,6 +91,10 @@ type Options struct {
 	ChangeLog                     bool
 	Server                        uint64
 	ChangeWindow, ChangeRetention time.Duration
+
+	// MaxObservationAge bounds how long an Observation serves imports
+	// (fences.go); 0 means DefaultMaxObservationAge.
+	MaxObservationAge time.Duration
 }
 
 // Store is the namespace of one file system. It is safe for concurrent use.
@@ -98,9 +106,13 @@ type Store struct {
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
 	defaults    Defaults
-	fences      fences   // see fences.go
 	inos        inoRange // the numbers this Store gives out (counters.go)
 	cells       uint64   // names this Store's counter cells (counters.go)
+	// Observation fences (fences.go): the age bound, and what
+	// TrimFences saw of the tombstones, by key.
+	maxObservationAge time.Duration
+	fenceTrim         sync.Mutex
+	fenceSeen         map[string]fenceSighting
 
 	changes                       changeLog // see changes.go
 	changeWindow, changeRetention time.Duration
@@ -133,6 +145,7 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 	}
 	s.changeWindow = cmp.Or(opt.ChangeWindow, DefaultChangeWindow)
 	s.changeRetention = cmp.Or(opt.ChangeRetention, DefaultChangeRetention)
+	s.maxObservationAge = cmp.Or(opt.MaxObservationAge, DefaultMaxObservationAge)
 	if opt.ChangeLog {
 		s.kv = loggingStore{Store: db, s: s}
 		db = s.kv

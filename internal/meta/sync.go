@@ -115,7 +115,9 @@ func (s *Store) Synced(ctx context.Context, q Queued, gen uint64, fn func(in *In
 		if err := indexKeys(tx, in.Ino, oldKeys, in.Keys); err != nil {
 			return err
 		}
-		s.keysDropped(oldKeys, in.Keys)
+		if err := s.keysDropped(tx, oldKeys, in.Keys); err != nil {
+			return err
+		}
 		if wroteObjects(oldKeys, in.Keys) {
 			// The objects the export wrote record the attributes the
 			// inode showed: they are its own now (see Defaults).
@@ -226,7 +228,14 @@ func (s *Store) Forget(ctx context.Context, ino Ino) error {
 		if err := indexKeys(tx, in.Ino, in.Keys, nil); err != nil {
 			return err
 		}
-		s.keysDropped(in.Keys, nil)
+		if err := s.keysDropped(tx, in.Keys, nil); err != nil {
+			return err
+		}
+		if in.IsDir() {
+			if err := dropFences(tx, ino); err != nil {
+				return err
+			}
+		}
 		if err := tier.Drop(tx, uint64(ino)); err != nil {
 			return err
 		}
@@ -278,7 +287,7 @@ func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items [
 	if err := s.reserveInos(ctx, len(items)); err != nil {
 		return 0, nil, err
 	}
-	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+	err = s.kv.Update(ctx, o.fenced(func(tx kv.Txn) error {
 		added, held = 0, held[:0]
 		p, err := s.getInode(tx, dir)
 		if err != nil {
@@ -316,7 +325,7 @@ func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items [
 			p.Flags |= Listed
 		}
 		return s.putInode(tx, &p)
-	})
+	}))
 	if err != nil {
 		return 0, nil, fmt.Errorf("import into %d: %w", dir, err)
 	}

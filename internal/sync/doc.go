@@ -4,9 +4,11 @@
 // time the directory is used, turning objects into files and common
 // prefixes into directories. Keys that cannot be paths are skipped, counted
 // and logged once each; they never stop the rest of the listing. Every
-// import opens a meta.Observation before the bucket requests it rests on
-// and hands it to meta with the result: a listing older than a file-side
-// removal (rm -r while a poll is under way) never brings the name back.
+// import opens a meta.Observation of the directory it adds to before the
+// bucket requests it rests on (a listing or poll, one per page) and hands
+// it to meta with the result: a listing older than a file-side removal (rm
+// -r while a poll is under way), through this server or another sharing
+// the store, never brings the name back.
 //
 // The exporter (file system to bucket) drains the export queue kept in
 // meta. It reconciles one inode at a time: the objects that should exist

@@ -212,18 +212,19 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 	// progress shows. An object "x" may be followed on a later page by the
 	// prefix "x/" (keys such as "x-1" sort between them), and the directory
 	// must win: such an object is held back until the listing has passed
-	// "x/".
+	// "x/". Each page's imports rest on the observation taken before its
+	// LIST (see listPages), or, while objects of earlier pages are held,
+	// on the one of the oldest such page.
 	var held []bucket.ObjectInfo
+	var heldSince meta.Observation
 	now := time.Now()
 	imported := 0
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	obs := im.meta.Observe() // before the first LIST
-	defer obs.End()
-	pages := im.listPages(ctx, prefix)
+	pages := im.listPages(ctx, dir, prefix)
 	for {
 		res := <-pages
-		page, err := res.page, res.err
+		page, obs, err := res.page, res.obs, res.err
 		if err != nil {
 			return fmt.Errorf("list %q: %w", prefix, err)
 		}
@@ -250,6 +251,9 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			it := prefixDir(name, now.UnixNano())
 			it.Evidence = evidence[i]
 			items = append(items, it)
+		}
+		if len(held) == 0 {
+			heldSince = obs
 		}
 		for _, o := range page.Objects {
 			pos = max(pos, o.Key)
@@ -281,7 +285,7 @@ func (im *Importer) list(ctx context.Context, dir meta.Ino, prefix string, progr
 			return err
 		}
 		items = append(items, files...)
-		n, held, err := im.meta.AddImported(ctx, obs, dir, items, last)
+		n, held, err := im.meta.AddImported(ctx, heldSince, dir, items, last)
 		if err != nil {
 			return err
 		}
@@ -322,6 +326,7 @@ func (im *Importer) prefixEvidence(ctx context.Context, o meta.Observation, pref
 
 type pageResult struct {
 	page bucket.Listing
+	obs  meta.Observation // taken before the page's LIST (meta's fences.go)
 	err  error
 }
 
@@ -330,14 +335,22 @@ type pageResult struct {
 // attributes of the objects on this one. A store's LIST of a big directory
 // can cost as much as those HEADs (versitygw rereads the directory for
 // every page). It stops after the last page, an error, or when ctx ends.
-func (im *Importer) listPages(ctx context.Context, prefix string) <-chan pageResult {
+// Each page comes with an observation of dir made just before its LIST:
+// the page's imports rest on that LIST alone, so an observation is never
+// older than one page's work.
+func (im *Importer) listPages(ctx context.Context, dir meta.Ino, prefix string) <-chan pageResult {
 	out := make(chan pageResult, 1)
 	go func() {
 		token := ""
 		for {
-			page, err := im.bucket.List(ctx, prefix, token, 1000)
+			// Before the LIST: the page's imports rest on it.
+			obs, err := im.meta.Observe(ctx, dir)
+			var page bucket.Listing
+			if err == nil {
+				page, err = im.bucket.List(ctx, prefix, token, 1000)
+			}
 			select {
-			case out <- pageResult{page, err}:
+			case out <- pageResult{page, obs, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -459,8 +472,10 @@ func (im *Importer) LookupOne(ctx context.Context, dir *meta.Inode, name string)
 		return syscall.ENOENT
 	}
 	key := prefix + name
-	obs := im.meta.Observe() // before the HEAD and the LIST
-	defer obs.End()
+	obs, err := im.meta.Observe(ctx, dir.Ino) // before the HEAD and the LIST
+	if err != nil {
+		return fmt.Errorf("look up %q: %w", key, err)
+	}
 	var (
 		head    bucket.ObjectInfo
 		headErr error

@@ -187,11 +187,13 @@ func (im *Importer) PollDir(ctx context.Context, dir meta.Ino) error {
 	if err != nil || !ok {
 		return err
 	}
-	obs := im.meta.Observe() // before the first LIST
-	defer obs.End()
 	seen := map[string]bool{}
 	token := ""
 	for {
+		obs, err := im.meta.Observe(ctx, dir) // before the page's LIST
+		if err != nil {
+			return fmt.Errorf("poll %q: %w", prefix, err)
+		}
 		page, err := im.bucket.List(ctx, prefix, token, 1000)
 		if err != nil {
 			return fmt.Errorf("poll %q: %w", prefix, err)

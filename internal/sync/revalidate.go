@@ -79,9 +79,9 @@ func (im *Importer) revalidateKey(ctx context.Context, key string, pace *rate.Li
 }
 
 func (im *Importer) revalidate(ctx context.Context, key string) error {
-	obs := im.meta.Observe() // before the look at the namespace and the HEAD
-	defer obs.End()
-	res, err := im.meta.Resolve(ctx, key)
+	// The observation of the key's directory is read with the first look
+	// at the namespace, before the HEAD.
+	res, obs, err := im.meta.ResolveObserved(ctx, key)
 	if errors.Is(err, syscall.ENOTDIR) {
 		im.reject(key, "a file stands where the key needs a directory")
 		return nil
