@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvtest"
 )
 
 // benchStore returns a store holding n keys "k"+uint64(i) with 64-byte
@@ -86,4 +87,13 @@ func BenchmarkScan100(b *testing.B) {
 			b.Fatalf("scan saw %d keys, err %v", count, err)
 		}
 	}
+}
+
+// BenchmarkPebbleStore is kvtest.Bench, the comparison with kv/postgres.
+func BenchmarkPebbleStore(b *testing.B) {
+	kvtest.Bench(b, func(b *testing.B) kv.Store {
+		s := openPebble(b, b.TempDir())
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
 }
