@@ -214,14 +214,13 @@ func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return fmt.Errorf("%s: view: %w", s.name, err)
 	}
-	r := &reader{s: s, ctx: ctx, conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"}
 	defer func() {
 		r.end()
-		conn.Release()
+		r.release()
 	}()
 	return fn(r)
 }
@@ -237,16 +236,18 @@ func (s *Store) Snapshot(ctx context.Context) (kv.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return nil, fmt.Errorf("%s: snapshot: %w", s.name, err)
 	}
-	r := &reader{s: s, ctx: context.Background(), conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"}
+	// The reads of a Snapshot have no context of their own: the one given
+	// here may end as soon as Snapshot returns.
+	r.ctx = context.Background()
 	// The snapshot is taken by the first statement after BEGIN.
 	if err := r.read(ctx, func(pgx.Rows) error { return nil }, "SELECT 1"); err != nil {
 		r.end()
-		conn.Release()
+		r.release()
 		return nil, fmt.Errorf("%s: snapshot: %w", s.name, err)
 	}
-	return &snapshot{r: r, conn: conn}, nil
+	return &snapshot{r: r}, nil
 }

@@ -202,6 +202,9 @@ func TestAnUpdateAfterARestartReconnectsAndAnUpdateWhileDownFailsAtItsDeadline(t
 		t.Fatal(err)
 	}
 	srv.Restart()
+	if got := kvtest.ViewGet(t, s, "n"); got != "+" {
+		t.Errorf("a View after the restart reads n = %q, want +", got)
+	}
 	if err := increment(long); err != nil {
 		t.Fatalf("Update after a restart: %v", err)
 	}

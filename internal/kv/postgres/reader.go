@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"bucketfs/internal/kv"
 
@@ -20,26 +21,82 @@ import (
 type reader struct {
 	s     *Store
 	ctx   context.Context
-	conn  *pgx.Conn
-	begin string // BEGIN with the transaction's isolation level
+	pc    *pgxpool.Conn // the connection, from the pool; see release
+	begin string        // BEGIN with the transaction's isolation level
 	begun bool
+}
+
+// errNoConnection is the error of a read after the reader lost its
+// connection and could not get another.
+var errNoConnection = errors.New("no connection to the database")
+
+// endTimeout bounds the COMMIT or ROLLBACK that ends a transaction whose
+// context has ended, so that a server that stopped answering cannot hold a
+// caller for ever.
+const endTimeout = 10 * time.Second
+
+// newReader takes a connection from the pool for a transaction begun with
+// begin.
+func (s *Store) newReader(ctx context.Context, begin string) (*reader, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &reader{s: s, ctx: ctx, pc: pc, begin: begin}, nil
+}
+
+func (r *reader) conn() *pgx.Conn { return r.pc.Conn() }
+
+// closed reports whether the reader has lost its connection (or failed to
+// get another one).
+func (r *reader) closed() bool { return r.pc == nil || r.pc.Conn().IsClosed() }
+
+// release gives the connection back to the pool, which closes it if it
+// is broken or still in a transaction.
+func (r *reader) release() {
+	if r.pc != nil {
+		r.pc.Release()
+		r.pc = nil
+	}
 }
 
 // read runs one query (after BEGIN, when the transaction has not begun)
 // and calls each for every row. Row values are valid only during each.
+//
+// A pooled connection may have died since its last use (the server
+// restarted) without the pool knowing. When the first read of a
+// transaction finds its connection closed, nothing has been read or
+// written yet, so read takes another connection and tries again; when
+// connecting itself fails, the error is returned.
 func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
+	if r.pc == nil {
+		return errNoConnection
+	}
+	for tries := 0; ; tries++ {
+		err := r.readOnce(ctx, each, sql, args...)
+		if err == nil || r.begun || !r.closed() || ctx.Err() != nil || tries > int(r.s.opt.MaxConns) {
+			return err
+		}
+		r.release()
+		if r.pc, err = r.s.pool.Acquire(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *reader) readOnce(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
 	var rows pgx.Rows
 	var br pgx.BatchResults
 	if r.begun {
 		var err error
-		if rows, err = r.conn.Query(ctx, sql, args...); err != nil {
+		if rows, err = r.conn().Query(ctx, sql, args...); err != nil {
 			return err
 		}
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(r.begin)
 		b.Queue(sql, args...)
-		br = r.conn.SendBatch(ctx, b)
+		br = r.conn().SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
@@ -72,11 +129,13 @@ func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string
 // end closes the transaction, if one began: COMMIT, so that a
 // SERIALIZABLE one is checked too. The caller releases the connection.
 func (r *reader) end() error {
-	if !r.begun {
+	if !r.begun || r.closed() {
 		return nil
 	}
 	r.begun = false
-	_, err := r.conn.Exec(context.WithoutCancel(r.ctx), "COMMIT")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), endTimeout)
+	defer cancel()
+	_, err := r.conn().Exec(ctx, "COMMIT")
 	return err
 }
 
@@ -189,9 +248,9 @@ func (r *reader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 
 // snapshot is a kv.Snapshot: a reader whose reads take turns.
 type snapshot struct {
-	mu   sync.Mutex // held by each read on the connection
-	r    *reader
-	conn *pgxpool.Conn
+	mu     sync.Mutex // held by each read on the connection
+	r      *reader
+	closed bool
 }
 
 func (s *snapshot) Get(key []byte) ([]byte, error) {
@@ -211,12 +270,12 @@ func (s *snapshot) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 func (s *snapshot) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn == nil {
+	if s.closed {
 		return nil
 	}
+	s.closed = true
 	err := s.r.end()
-	s.conn.Release()
-	s.conn = nil
+	s.r.release()
 	if err != nil {
 		return fmt.Errorf("%s: close snapshot: %w", s.r.s.name, err)
 	}

@@ -43,22 +43,23 @@ func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) er
 // whether the transaction surely did not commit for a reason that may
 // pass: then err is why.
 func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bool, err error) {
-	conn, err := s.pool.Acquire(ctx)
+	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE")
 	if err != nil {
 		// Connecting failed (the server restarting, say): nothing ran.
 		return ctx.Err() == nil, fmt.Errorf("%s: update: %w", s.name, err)
 	}
-	t := &txn{reader: reader{s: s, ctx: ctx, conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE"},
-		writes: map[string]write{}}
+	t := &txn{reader: *r, writes: map[string]write{}}
 	committed := false
 	defer func() {
-		if !committed && t.begun && !conn.Conn().IsClosed() {
+		if !committed && t.begun && !t.closed() {
 			// Rolls back fn's transaction, also when fn panics.
-			if _, rerr := conn.Conn().Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-				conn.Conn().Close(context.Background())
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+			if _, rerr := t.conn().Exec(rctx, "ROLLBACK"); rerr != nil {
+				t.conn().Close(context.Background())
 			}
+			cancel()
 		}
-		conn.Release()
+		t.release()
 	}()
 	ferr := fn(t)
 	if t.lost != nil {
@@ -110,7 +111,7 @@ func (t *txn) failed(err error) {
 		return
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && retryable(pgErr) || t.conn.IsClosed() && t.ctx.Err() == nil {
+	if errors.As(err, &pgErr) && retryable(pgErr) || t.closed() && t.ctx.Err() == nil {
 		t.lost = err
 	}
 }
@@ -257,6 +258,9 @@ func (t *txn) DeleteRange(lower, upper []byte) error {
 // was flushed. Without a server answer for COMMIT, the outcome is
 // known only if pgx tells that nothing of the batch was sent.
 func (t *txn) commit(ctx context.Context) (again bool, err error) {
+	if t.pc == nil { // lost with fn's reads, and ctx ended: nothing sent
+		return false, fmt.Errorf("%s: commit: %w", t.s.name, errors.Join(errNoConnection, ctx.Err()))
+	}
 	b := &pgx.Batch{}
 	if !t.begun {
 		b.Queue(t.begin)
@@ -283,7 +287,7 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 	}
 	b.Queue("COMMIT")
 	t.begun = true // from here on a ROLLBACK is due if COMMIT did not end it
-	br := t.conn.SendBatch(ctx, b)
+	br := t.conn().SendBatch(ctx, b)
 	var stmtErr error
 	failed := 0 // the statement that failed
 	for ; failed < b.Len(); failed++ {
