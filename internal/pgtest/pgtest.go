@@ -325,9 +325,9 @@ func (s *Server) Stop() {
 }
 
 // Kill ends the server as a crash would: SIGKILL to the postmaster and to
-// every backend of its process group at once, so nothing is written after
-// (no checkpoint, no shutdown record). What was committed must be found
-// again by the next start's recovery, from the write-ahead log.
+// every one of its processes at once, so nothing is written after (no
+// checkpoint, no shutdown record). What was committed must be found again
+// by the next start's recovery, from the write-ahead log.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -335,22 +335,70 @@ func (s *Server) Kill() {
 }
 
 // kill requires s.mu.
+//
+// PostgreSQL's backends each lead a process group of their own, so a
+// signal to the postmaster's group misses them: kill stops the postmaster
+// (so it forks no more), kills its children, then it, and waits until
+// none of them is left attached to the old shared memory, which the next
+// start would refuse.
 func (s *Server) kill() {
 	if s.cmd == nil {
 		return
 	}
-	pgid := s.cmd.Process.Pid
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	pid := s.cmd.Process.Pid
+	syscall.Kill(pid, syscall.SIGSTOP)
+	children := childrenOf(pid)
+	for _, c := range children {
+		syscall.Kill(c, syscall.SIGKILL)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
 	<-s.exited
 	s.cmd = nil
-	// The backends are children of the postmaster, reaped by init once it
-	// is gone; the next start must not find them attached to the old
-	// shared memory. Wait until the group is empty.
 	deadline := time.Now().Add(startTimeout)
-	for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		time.Sleep(5 * time.Millisecond) // polling for processes to vanish; no event tells
+	for _, c := range children {
+		for alive(c) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // polling: no event tells an orphan has gone
+		}
 	}
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(c); ok && ppid == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// procStat returns the parent and state of process pid.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+// alive reports whether process pid exists and is not a zombie (which
+// holds no memory; an init that does not reap may leave it).
+func alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
 }
 
 // Restart stops the server (fast shutdown) and starts it again on the same

@@ -83,7 +83,17 @@ func TestCommittedRowsSurviveRestartAndKill(t *testing.T) {
 	if _, err := connect(t, a).Exec(ctx, "INSERT INTO t VALUES (2)"); err != nil {
 		t.Fatal(err)
 	}
+	pid := s.cmd.Process.Pid
+	backends := childrenOf(pid)
+	if len(backends) == 0 {
+		t.Fatalf("the postmaster %d has no child processes to kill", pid)
+	}
 	s.Kill()
+	for _, p := range append(backends, pid) {
+		if alive(p) {
+			t.Errorf("process %d of the server is alive after Kill", p)
+		}
+	}
 	s.Start()
 	count(2)
 }

@@ -72,13 +72,22 @@
 // the exporter reads one file's blocks in order anyway. An open Snapshot
 // keeps VACUUM from removing rows newer than it: close it soon.
 //
-// # Durability: Sync does nothing
+// # Durability: at COMMIT, or at Sync with AsyncCommit
 //
-// Open sets synchronous_commit to on (unless the URL sets it): COMMIT
-// returns once the commit record is flushed to the write-ahead log, so
-// every Update that returned nil is durable and Sync has nothing to do. A
-// URL may choose remote_apply (synchronous replicas) or, at the risk of
-// losing the last commits in a crash of the database, off.
+// Open sets synchronous_commit to on (unless the URL sets another level,
+// such as remote_apply for synchronous replicas): COMMIT returns once the
+// commit record is flushed to the write-ahead log, so every Update that
+// returned nil is durable and Sync has nothing to do.
+//
+// With Options.AsyncCommit (or synchronous_commit=off in the URL) Updates
+// commit with synchronous_commit off and return before the log is flushed,
+// as Pebble's do; a crash of the database may lose the last of them, never
+// a middle one. Sync then commits a write of this store's own row in table
+// sync_marks at the synchronous level, which flushes the log up to that
+// commit: every Update that returned before, and every commit of another
+// server that this one saw, since a commit's record is in the log before
+// the commit is visible. Each store has its own row, so Syncs of several
+// servers do not conflict.
 //
 // # Errors
 //

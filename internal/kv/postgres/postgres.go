@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -37,6 +38,11 @@ type Options struct {
 	// MaxBackoff bounds the pause before Update runs fn again after a
 	// conflict or a lost connection. Default 200ms.
 	MaxBackoff time.Duration
+	// AsyncCommit makes Updates commit with synchronous_commit off: they
+	// return before their commit record is flushed, and are durable only
+	// after Sync, as on Pebble. Without it every Update is durable when it
+	// returns and Sync does nothing.
+	AsyncCommit bool
 }
 
 // Store is the kv.Store on PostgreSQL. All methods are safe for
@@ -46,6 +52,11 @@ type Store struct {
 	name string // host:port/database, for errors (never the password)
 	opt  Options
 	sql  statements
+
+	// With AsyncCommit: the synchronous_commit level of Sync's commit, and
+	// this store's row in sync_marks, which Sync writes.
+	syncLevel string
+	mark      []byte
 }
 
 var _ kv.Store = (*Store)(nil)
@@ -54,6 +65,7 @@ var _ kv.Store = (*Store)(nil)
 type statements struct {
 	get, setOne, setMany, deleteMany, deleteRange string
 	scanFrom, scanFromTo, scanAfter, scanAfterTo  string
+	syncMark, dropMark                            string
 }
 
 func newStatements(schema string) statements {
@@ -68,8 +80,13 @@ func newStatements(schema string) statements {
 		scanFromTo:  "SELECT k, v FROM " + t + " WHERE k >= $1 AND k < $3 ORDER BY k LIMIT $2",
 		scanAfter:   "SELECT k, v FROM " + t + " WHERE k > $1 ORDER BY k LIMIT $2",
 		scanAfterTo: "SELECT k, v FROM " + t + " WHERE k > $1 AND k < $3 ORDER BY k LIMIT $2",
+		syncMark: "INSERT INTO " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " (store, n) VALUES ($1, 1)" +
+			" ON CONFLICT (store) DO UPDATE SET n = " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + ".n + 1",
+		dropMark: "DELETE FROM " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " WHERE store = $1",
 	}
 }
+
+var syncLevels = map[string]bool{"on": true, "remote_apply": true, "remote_write": true, "local": true, "off": true}
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -102,15 +119,29 @@ func Open(ctx context.Context, url string, opt Options) (kv.Store, error) {
 	}
 	cfg.MaxConns = opt.MaxConns
 	// Commits are durable when they return (see Store.Sync), unless the
-	// URL chooses another level (remote_apply, for synchronous replicas).
-	if _, ok := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !ok {
-		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	// URL chooses another level (remote_apply, for synchronous replicas),
+	// or AsyncCommit leaves that to Sync.
+	syncLevel, ok := cfg.ConnConfig.RuntimeParams["synchronous_commit"]
+	if !ok {
+		syncLevel = "on"
+	}
+	if !syncLevels[syncLevel] {
+		return nil, fmt.Errorf("%s: synchronous_commit %q: want one of on, remote_apply, remote_write, local, off", name, syncLevel)
+	}
+	if syncLevel == "off" { // the URL asks for it: Sync keeps its promise
+		syncLevel, opt.AsyncCommit = "on", true
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = syncLevel
+	if opt.AsyncCommit {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema)}
+	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel}
+	s.mark = make([]byte, 16)
+	crand.Read(s.mark)
 	if err := s.prepareSchema(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -151,6 +182,9 @@ func (s *Store) prepareSchema(ctx context.Context) error {
 				"CREATE TABLE IF NOT EXISTS " + version + " (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)",
 				// bytea compares bytewise (memcmp, then length): the kv order.
 				"CREATE TABLE IF NOT EXISTS " + table + " (k bytea PRIMARY KEY, v bytea NOT NULL)",
+				// One row per open store with AsyncCommit, which its Sync
+				// writes: no row that every server writes.
+				"CREATE TABLE IF NOT EXISTS " + pgx.Identifier{s.opt.Schema, "sync_marks"}.Sanitize() + " (store bytea PRIMARY KEY, n bigint NOT NULL)",
 			} {
 				if _, err := tx.Exec(ctx, ddl); err != nil {
 					return err
@@ -196,14 +230,53 @@ func (s *Store) backoff(ctx context.Context, n int) error {
 	}
 }
 
-// Sync implements kv.Store. Every Update is durable when it returns: its
-// COMMIT waits for the write-ahead log to be flushed (synchronous_commit
-// on, set by Open unless the URL chooses otherwise), so Sync has nothing to
+// Sync implements kv.Store.
+//
+// Without AsyncCommit every Update is durable when it returns: its COMMIT
+// waits for the write-ahead log to be flushed (synchronous_commit on, set
+// by Open unless the URL chooses another level), so Sync has nothing to
 // do.
-func (s *Store) Sync(ctx context.Context) error { return ctx.Err() }
+//
+// With AsyncCommit, Sync commits a write of this store's row in
+// sync_marks at the synchronous level. Its COMMIT returns once the log is
+// flushed up to its commit record, and the log is one sequence: that
+// flushes every commit record before it, which includes every Update that
+// returned before Sync was called, and every commit of any server that
+// this one saw (a commit's record is in the log before the commit is
+// visible).
+func (s *Store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil || !s.opt.AsyncCommit {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SET LOCAL synchronous_commit = " + s.syncLevel)
+		b.Queue(s.sql.syncMark, s.mark)
+		b.Queue("COMMIT")
+		err := s.pool.SendBatch(ctx, b).Close()
+		if err == nil {
+			return nil
+		}
+		// Whatever the outcome of a failed Sync, doing it again is safe:
+		// again after a conflict or a lost connection, until ctx ends.
+		var pgErr *pgconn.PgError
+		if ctx.Err() != nil || errors.As(err, &pgErr) && !retryable(pgErr) {
+			return fmt.Errorf("%s: sync: %w", s.name, err)
+		}
+		if werr := s.backoff(ctx, attempt); werr != nil {
+			return fmt.Errorf("%s: sync: %w (last: %v)", s.name, werr, err)
+		}
+	}
+}
 
 // Close implements kv.Store: it closes every connection of the pool.
 func (s *Store) Close() error {
+	if s.opt.AsyncCommit {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		s.pool.Exec(ctx, s.sql.dropMark, s.mark) // a row left behind is harmless
+		cancel()
+	}
 	s.pool.Close()
 	return nil
 }

@@ -20,3 +20,15 @@ func BenchmarkPostgresStore(b *testing.B) {
 		return open(b, url, fmt.Sprint("bench", n))
 	})
 }
+
+// BenchmarkPostgresStoreAsyncCommit is BenchmarkPostgresStore with
+// AsyncCommit: Updates not durable until a Sync.
+func BenchmarkPostgresStoreAsyncCommit(b *testing.B) {
+	srv := pgtest.Start(b)
+	url := srv.NewDatabase(b)
+	n := 0
+	kvtest.Bench(b, func(b *testing.B) kv.Store {
+		n++
+		return openWith(b, url, Options{Schema: fmt.Sprint("bench", n), AsyncCommit: true})
+	})
+}
