@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -213,11 +214,27 @@ func (s *Server) start() error {
 		"-c", "max_pred_locks_per_transaction=256", // SERIALIZABLE scans of many rows
 		"-c", "logging_collector=off", "-c", "log_min_messages=warning")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	// Should the test process die without its cleanups (a panic, a test
+	// timeout), the kernel sends the postmaster SIGQUIT, an immediate
+	// shutdown that ends its backends too. The signal follows the thread
+	// that started the process, so that thread is kept, locked, until the
+	// server exits.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	started := make(chan error)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			cmd.Wait()
+		}
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
 
 	deadline := time.Now().Add(startTimeout)

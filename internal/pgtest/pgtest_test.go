@@ -3,7 +3,10 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -96,4 +99,39 @@ func TestCommittedRowsSurviveRestartAndKill(t *testing.T) {
 	}
 	s.Start()
 	count(2)
+}
+
+// The child process starts a server and exits without its cleanups.
+const orphanChildEnv = "BUCKETFS_PGTEST_ORPHAN_CHILD"
+
+// A test process that dies without running its cleanups (a test timeout,
+// a crash) leaves no server running: the kernel tells the postmaster.
+func TestAServerOfATestProcessThatDiesShutsDown(t *testing.T) {
+	if os.Getenv(orphanChildEnv) != "" {
+		s := Start(t)
+		fmt.Printf("POSTMASTER %d %s\n", s.cmd.Process.Pid, s.root)
+		os.Exit(3)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAServerOfATestProcessThatDiesShutsDown$")
+	cmd.Env = append(os.Environ(), orphanChildEnv+"=1")
+	out, _ := cmd.CombinedOutput()
+	var pid int
+	var root string
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(line, "POSTMASTER %d %s", &pid, &root); err == nil {
+			break
+		}
+	}
+	if pid == 0 || !strings.HasPrefix(root, os.TempDir()) {
+		t.Fatalf("the child did not start a server:\n%s", out)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	deadline := time.Now().Add(startTimeout)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling: the postmaster is not our child
+	}
+	if alive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the postmaster %d of a test process that died is still running", pid)
+	}
 }
