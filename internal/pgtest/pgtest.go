@@ -211,7 +211,6 @@ func (s *Server) start() error {
 		"-c", "unix_socket_directories=", // no socket: only TCP
 		"-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on",
 		"-c", "shared_buffers=32MB", "-c", "max_connections=100",
-		"-c", "max_pred_locks_per_transaction=256", // SERIALIZABLE scans of many rows
 		"-c", "logging_collector=off", "-c", "log_min_messages=warning")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Should the test process die without its cleanups (a panic, a test

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"bucketfs/internal/kv"
@@ -269,7 +270,10 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 		b.Queue(t.s.sql.deleteRange, r.lower, r.upper)
 	}
 	var setKeys, setVals, delKeys [][]byte
-	for k, w := range t.writes {
+	// In key order, so that two transactions writing the same rows lock
+	// them in the same order instead of deadlocking.
+	for _, k := range slices.Sorted(maps.Keys(t.writes)) {
+		w := t.writes[k]
 		if w.deleted {
 			delKeys = append(delKeys, []byte(k))
 		} else {
