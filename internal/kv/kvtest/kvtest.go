@@ -33,6 +33,7 @@ var Behaviors = []struct {
 	{"SnapshotIsStableAndSharedByGoroutines", testSnapshot},
 	{"ConcurrentUpdatesAreSerializable", testConcurrentCounter},
 	{"ConcurrentUpdatesNeverWriteSkew", testNoWriteSkew},
+	{"RandomUpdatesMatchAModel", testRandomUpdatesMatchAModel},
 	{"UpdateAndViewRefuseACancelledContext", testCancelledContext},
 }
 
