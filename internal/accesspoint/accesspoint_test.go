@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
@@ -95,7 +95,7 @@ func TestAListRefusesANameGivenTwice(t *testing.T) {
 
 func newFS(t *testing.T) *vfs.FS {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

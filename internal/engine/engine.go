@@ -26,6 +26,7 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	bsync "bucketfs/internal/sync"
@@ -199,7 +200,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 			eng.Close()
 		}
 	}()
-	if err := kv.MkdirAllSynced(pebblevfs.Default, cfg.StateDir); err != nil {
+	if err := kvpebble.MkdirAllSynced(pebblevfs.Default, cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	if e.lock, err = lockStateDir(cfg.StateDir); err != nil {
@@ -241,7 +242,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if err := e.Bucket.CheckVersioning(ctx); err != nil {
 		return nil, err
 	}
-	if e.KV, err = kv.OpenPebble(filepath.Join(cfg.StateDir, "meta"), kv.PebbleOptions{FS: cfg.MetaFS}); err != nil {
+	if e.KV, err = kvpebble.Open(filepath.Join(cfg.StateDir, "meta"), kvpebble.Options{FS: cfg.MetaFS}); err != nil {
 		return nil, err
 	}
 	kept := func(ino meta.Ino, name string) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"bucketfs/internal/bucket"
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 	bsync "bucketfs/internal/sync"
 	"bucketfs/internal/vfs"
@@ -162,7 +162,7 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 		return st, err
 	}
 	defer lock.Close()
-	db, err := kv.OpenPebble(filepath.Join(stateDir, "meta"), kv.PebbleOptions{})
+	db, err := kvpebble.Open(filepath.Join(stateDir, "meta"), kvpebble.Options{})
 	if err != nil {
 		return st, err
 	}

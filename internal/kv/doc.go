@@ -7,8 +7,8 @@
 // state and the export queue) lives in package meta and is written once,
 // above the [Store] interface. A backend only stores bytes: it knows nothing
 // about inodes, and the interface carries no backend types, so the embedded
-// Pebble store ([OpenPebble]) and a later PostgreSQL store for several
-// servers are interchangeable.
+// Pebble store and the PostgreSQL store for several servers are
+// interchangeable.
 //
 // # Model
 //
@@ -28,42 +28,36 @@
 // where POSIX promises durability (fsync), at every checkpoint, and before
 // the exporter touches the bucket, so the common path pays no disk flush.
 //
-// # The Pebble backend
+// # Backends
 //
-// Pebble has no optimistic transactions. Update therefore builds an indexed
-// batch while holding the store's single writer slot: writers are serialized,
-// which is what makes them serializable, and is cheap on one machine because
-// an Update never waits on the network. A waiting Update gives up when its
-// context is cancelled. Views take no writer lock; each one reads through a
-// Pebble iterator created at its first read, which pins that state of the
-// database (and its memtables and sstables) until the View returns, so keep
-// Views short: never hold one across a network call; a [Store.Snapshot]
-// (a pebble.Snapshot) is what may be held that long. Commits use
-// pebble.NoSync; Sync writes an empty record to the write-ahead log with
-// pebble.Sync, which fsyncs the log up to and including every earlier record
-// (older log files are synced when they are rotated out). After any crash
-// the store holds exactly the commits up to some point, every synced one
-// among them: the log is replayed in order and stops at the first record
-// that did not fully reach the disk. The directories the store creates are
-// synced into their parents, so the store itself survives a power loss
-// right after its first start.
-//
-// Pebble holds an exclusive lock on the LOCK file in its directory. Opening a
-// directory that another process (or another Store in this process) has open
-// fails with [ErrLocked].
+// Package [bucketfs/internal/kv/pebble] is the embedded default: one
+// process, Updates serialized through one writer slot, durable at Sync.
+// Package [bucketfs/internal/kv/postgres] keeps the store in PostgreSQL for
+// several servers sharing one file system: SERIALIZABLE transactions that
+// are retried on serialization failures, durable at commit. Package
+// [bucketfs/internal/kv/kvtest] is the contract both keep, run by each
+// backend's tests.
 //
 // # Rules for callers
 //
 //   - Values returned by Reader.Get are copies the caller owns. Keys and values
 //     passed to a Scan callback are valid only during that call.
-//   - fn may run again only if the caller calls Update again; Update never
-//     retries on its own, so fn may have side effects outside the store, but
-//     those are not rolled back on error.
+//   - fn may run more than once: a backend with optimistic concurrency
+//     (PostgreSQL) runs it again when its transaction conflicts with another
+//     one, and only the last run's writes commit. Effects outside the store
+//     (memory, files, the bucket, channels) must be safe to repeat, and fn
+//     must compute everything it writes from what it reads in that run.
+//   - An Update whose commit outcome cannot be known (the connection to the
+//     database broke while the commit was under way) fails with an error
+//     matching [ErrUnknownOutcome]: its writes may or may not have
+//     committed, and the caller must read to find out before repeating a
+//     write that is not idempotent.
 //   - A Reader or Txn must not be used after its View or Update returns, nor
 //     from more than one goroutine.
 //   - Never call Update from inside another Update or View fn of the same
-//     Store: the writer slot is not reentrant and the call deadlocks (unless
-//     its context is cancelled).
+//     Store: Pebble's writer slot is not reentrant and the call deadlocks
+//     (unless its context is cancelled); PostgreSQL's pool may run out of
+//     connections the same way.
 //
 // The helpers [AppendUint64], [Uint64] and [PrefixEnd] build the ordered keys
 // the namespace uses: big-endian integers sort numerically, and PrefixEnd

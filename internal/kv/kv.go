@@ -12,6 +12,13 @@ var ErrNotFound = errors.New("kv: not found")
 // already open in another process or another Store of this process.
 var ErrLocked = errors.New("directory is locked by another open store (is another bucketfs running?)")
 
+// ErrUnknownOutcome is returned (wrapped) by Update when the store cannot
+// tell whether the transaction committed: the connection to the database
+// was lost while the commit was under way. Its writes may have landed;
+// Update does not run fn again, because repeating a write that did land
+// could be wrong. The caller reads to find out.
+var ErrUnknownOutcome = errors.New("kv: commit outcome unknown (connection lost during commit)")
+
 // Reader reads a consistent state of the store. A Reader is valid only inside
 // the View or Update call that provided it and must not be shared between
 // goroutines.
@@ -65,6 +72,12 @@ type Store interface {
 	// writes are committed atomically; otherwise nothing is written and fn's
 	// error is returned unchanged. Commits are visible at once but durable
 	// only after Sync.
+	//
+	// fn may run more than once: a backend runs it again when the
+	// transaction conflicted with another one (only the last run's writes
+	// commit), so effects outside the store must be safe to repeat. An
+	// error matching ErrUnknownOutcome means the writes may or may not have
+	// committed.
 	Update(ctx context.Context, fn func(tx Txn) error) error
 
 	// UpdateSized is Update for a transaction expected to write about size

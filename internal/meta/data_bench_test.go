@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // BenchmarkSequentialWrite writes 256 MiB into one file in 1 MiB writes
@@ -21,7 +21,7 @@ func BenchmarkSequentialWrite(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
-		db, err := kv.OpenPebble(b.TempDir(), kv.PebbleOptions{})
+		db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

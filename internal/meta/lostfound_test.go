@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // A file system made before lost+found was shared has it 0700: the first
@@ -18,7 +19,7 @@ func TestAnOldPrivateLostFoundIsSharedOnceAtStart(t *testing.T) {
 	ctx := context.Background()
 	open := func(d *Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+		db, err := kvpebble.Open(dir, kvpebble.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 func openStoreB(b *testing.B) *Store {
 	b.Helper()
-	db, err := kv.OpenPebble(b.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func openStoreB(b *testing.B) *Store {
 
 func openStore(t *testing.T, dir string) *Store {
 	t.Helper()
-	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	db, err := kvpebble.Open(dir, kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 		{"given", &Defaults{Uid: 1000, Gid: 100, FileMode: 0o600, DirMode: 0o750}, 1000, 100, 0o750},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+			db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +106,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 	ctx := context.Background()
 	open := func(d Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+		db, err := kvpebble.Open(dir, kvpebble.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 
 func TestInodeNumbersSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	db, err := kvpebble.Open(dir, kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +433,7 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 
 func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	db, err := kvpebble.Open(dir, kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +475,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 // that says what to do, never read as files without their data.
 func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+	db, err := kvpebble.Open(dir, kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +570,7 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 // *now.
 func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 func TestASecretIsMadeOnceAndOutlivesARestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func() (*Store, func()) {
-		db, err := kv.OpenPebble(dir, kv.PebbleOptions{})
+		db, err := kvpebble.Open(dir, kvpebble.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"bucketfs/internal/bucket"
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 )
 
@@ -42,7 +42,7 @@ func fakeStore(t testing.TB) *bucket.Client {
 
 func newMeta(t testing.TB) *meta.Store {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

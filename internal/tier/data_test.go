@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 
 	"golang.org/x/sys/unix"
 )
 
 func openKV(t testing.TB) kv.Store {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kv
+package pebble
 
 import (
 	"context"
@@ -10,37 +10,66 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvtest"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-func openPebble(t testing.TB, dir string) Store {
+func openPebble(t testing.TB, dir string) kv.Store {
 	t.Helper()
-	s, err := OpenPebble(dir, PebbleOptions{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	s, err := Open(dir, Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
 	if err != nil {
-		t.Fatalf("OpenPebble: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return s
 }
 
 func TestPebbleStore(t *testing.T) {
-	for _, b := range storeBehaviors {
-		t.Run(b.name, func(t *testing.T) {
-			s := openPebble(t, t.TempDir())
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			})
-			b.test(t, s)
+	kvtest.Run(t, func(t *testing.T) kv.Store {
+		s := openPebble(t, t.TempDir())
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
 		})
+		return s
+	})
+}
+
+// Pebble serializes Updates through one writer slot: an Update waiting
+// for it gives up at its deadline.
+func TestPebbleUpdateWaitingForTheWriterSlotGivesUpAtItsDeadline(t *testing.T) {
+	s := openPebble(t, t.TempDir())
+	defer s.Close()
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- s.Update(context.Background(), func(tx kv.Txn) error {
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := s.Update(ctx, func(tx kv.Txn) error { return nil })
+	close(release)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting Update = %v, want deadline exceeded", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("holding Update: %v", err)
 	}
 }
 
 func TestPebbleKeepsDataAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := openPebble(t, dir)
-	set(t, s, "a", "1", "b", "2")
+	kvtest.Set(t, s, "a", "1", "b", "2")
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
@@ -49,7 +78,7 @@ func TestPebbleKeepsDataAcrossReopen(t *testing.T) {
 	}
 	s = openPebble(t, dir)
 	defer s.Close()
-	if got := viewGet(t, s, "b"); got != "2" {
+	if got := kvtest.ViewGet(t, s, "b"); got != "2" {
 		t.Fatalf("after reopen Get(b) = %q, want 2", got)
 	}
 }
@@ -61,7 +90,7 @@ func TestPebbleSyncedCommitsSurviveACrash(t *testing.T) {
 	s := openPebble(t, dir)
 	defer s.Close()
 	for i := range 100 {
-		set(t, s, string(AppendUint64([]byte("k"), uint64(i))), "v")
+		kvtest.Set(t, s, string(kv.AppendUint64([]byte("k"), uint64(i))), "v")
 	}
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatalf("Sync: %v", err)
@@ -70,7 +99,7 @@ func TestPebbleSyncedCommitsSurviveACrash(t *testing.T) {
 	copyDir(t, dir, crashed)
 	c := openPebble(t, crashed)
 	defer c.Close()
-	if got := viewGet(t, c, string(AppendUint64([]byte("k"), 99))); got != "v" {
+	if got := kvtest.ViewGet(t, c, string(kv.AppendUint64([]byte("k"), 99))); got != "v" {
 		t.Fatalf("last synced commit lost: Get = %q", got)
 	}
 }
@@ -104,9 +133,9 @@ func copyDir(t *testing.T, from, to string) {
 func TestPebbleRefusesASecondOpenInThisProcess(t *testing.T) {
 	dir := t.TempDir()
 	s := openPebble(t, dir)
-	_, err := OpenPebble(dir, PebbleOptions{})
-	if !errors.Is(err, ErrLocked) {
-		t.Fatalf("second OpenPebble = %v, want ErrLocked", err)
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, kv.ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -120,9 +149,9 @@ const lockChildEnv = "BUCKETFS_KV_LOCK_CHILD_DIR"
 
 func TestPebbleRefusesADirectoryHeldByAnotherProcess(t *testing.T) {
 	if dir := os.Getenv(lockChildEnv); dir != "" {
-		_, err := OpenPebble(dir, PebbleOptions{})
-		if !errors.Is(err, ErrLocked) {
-			t.Fatalf("OpenPebble in child = %v, want ErrLocked", err)
+		_, err := Open(dir, Options{})
+		if !errors.Is(err, kv.ErrLocked) {
+			t.Fatalf("Open in child = %v, want ErrLocked", err)
 		}
 		t.Logf("child saw: %v", err)
 		return
@@ -146,8 +175,8 @@ func TestPebbleReadsAgreeAcrossMemtableAndSSTables(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	const n = 3000
-	key := func(i int) []byte { return AppendUint64([]byte("k"), uint64(i)) }
-	if err := s.Update(ctx, func(tx Txn) error {
+	key := func(i int) []byte { return kv.AppendUint64([]byte("k"), uint64(i)) }
+	if err := s.Update(ctx, func(tx kv.Txn) error {
 		for i := range n {
 			if err := tx.Set(key(i), []byte("old")); err != nil {
 				return err
@@ -160,7 +189,7 @@ func TestPebbleReadsAgreeAcrossMemtableAndSSTables(t *testing.T) {
 	if err := s.(*pebbleStore).db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(ctx, func(tx Txn) error {
+	if err := s.Update(ctx, func(tx kv.Txn) error {
 		for i := 0; i < n; i += 3 {
 			tx.Delete(key(i))
 		}
@@ -180,15 +209,15 @@ func TestPebbleReadsAgreeAcrossMemtableAndSSTables(t *testing.T) {
 		}
 		return "old"
 	}
-	s.View(ctx, func(r Reader) error {
+	s.View(ctx, func(r kv.Reader) error {
 		for i := range n + 2 {
-			if got, w := get(t, r, string(key(i))), want(i); got != w && !(i == n+1 && got == "<none>") {
+			if got, w := kvtest.Get(t, r, string(key(i))), want(i); got != w && !(i == n+1 && got == "<none>") {
 				t.Fatalf("Get(k%d) = %q, want %q", i, got, w)
 			}
 		}
 		count := 0
-		r.Scan([]byte("k"), PrefixEnd([]byte("k")), func(k, v []byte) bool {
-			if i := int(Uint64(k[1:])); string(v) != want(i) {
+		r.Scan([]byte("k"), kv.PrefixEnd([]byte("k")), func(k, v []byte) bool {
+			if i := int(kv.Uint64(k[1:])); string(v) != want(i) {
 				t.Errorf("Scan k%d = %q, want %q", i, v, want(i))
 			}
 			count++
@@ -216,7 +245,7 @@ func TestPebbleSyncedCommitsSurviveAPowerLoss(t *testing.T) {
 
 func powerLoss(t *testing.T, seed uint64) {
 	mem := vfs.NewCrashableMem()
-	s, err := OpenPebble("/db", PebbleOptions{FS: mem, MemTableSize: 1 << 20})
+	s, err := Open("/db", Options{FS: mem, MemTableSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +254,7 @@ func powerLoss(t *testing.T, seed uint64) {
 	const synced = 40
 	for i := range synced + 10 {
 		val[0] = byte(i)
-		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(AppendUint64([]byte("k"), uint64(i)), val) }); err != nil {
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(kv.AppendUint64([]byte("k"), uint64(i)), val) }); err != nil {
 			t.Fatal(err)
 		}
 		if i == synced-1 {
@@ -236,21 +265,21 @@ func powerLoss(t *testing.T, seed uint64) {
 	}
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 7))})
 	s.Close()
-	c, err := OpenPebble("/db", PebbleOptions{FS: crashed})
+	c, err := Open("/db", Options{FS: crashed})
 	if err != nil {
 		t.Fatalf("seed %d: the store does not open after the power loss: %v", seed, err)
 	}
 	defer c.Close()
 	for i := range synced {
-		got, err := getValue(c, AppendUint64([]byte("k"), uint64(i)))
+		got, err := getValue(c, kv.AppendUint64([]byte("k"), uint64(i)))
 		if err != nil || len(got) != len(val) || got[0] != byte(i) {
 			t.Fatalf("commit %d, synced before the power loss, is lost (len %d, err %v)", i, len(got), err)
 		}
 	}
 }
 
-func getValue(s Store, key []byte) (v []byte, err error) {
-	err = s.View(context.Background(), func(r Reader) error {
+func getValue(s kv.Store, key []byte) (v []byte, err error) {
+	err = s.View(context.Background(), func(r kv.Reader) error {
 		v, err = r.Get(key)
 		return err
 	})
@@ -261,7 +290,7 @@ func getValue(s Store, key []byte) (v []byte, err error) {
 // once the memtables have filled, the block cache must still keep the
 // blocks a lookup reads, or every lookup goes to the files.
 func TestPebbleBlockCacheOutlivesFullMemtables(t *testing.T) {
-	st, err := OpenPebble(t.TempDir(), PebbleOptions{})
+	st, err := Open(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +300,13 @@ func TestPebbleBlockCacheOutlivesFullMemtables(t *testing.T) {
 	val := make([]byte, 4096)
 	for i := range 24 << 10 { // 96 MiB: three memtables' worth
 		if i%256 == 0 {
-			err := s.Update(ctx, func(tx Txn) error {
+			err := s.Update(ctx, func(tx kv.Txn) error {
 				for j := i; j < i+256; j++ {
-					if err := tx.Set(AppendUint64([]byte("b"), uint64(j)), val); err != nil {
+					if err := tx.Set(kv.AppendUint64([]byte("b"), uint64(j)), val); err != nil {
 						return err
 					}
 				}
-				return tx.Set(AppendUint64([]byte("i"), uint64(i)), val[:64])
+				return tx.Set(kv.AppendUint64([]byte("i"), uint64(i)), val[:64])
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -287,7 +316,7 @@ func TestPebbleBlockCacheOutlivesFullMemtables(t *testing.T) {
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	key := AppendUint64([]byte("i"), 256)
+	key := kv.AppendUint64([]byte("i"), 256)
 	for range 10 {
 		if _, err := getValue(s, key); err != nil {
 			t.Fatal(err)

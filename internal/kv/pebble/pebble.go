@@ -1,4 +1,4 @@
-package kv
+package pebble
 
 import (
 	"bytes"
@@ -9,15 +9,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
+	"bucketfs/internal/kv"
+
+	pdb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// PebbleOptions tunes the embedded Pebble store. The zero value gives
+// Options tunes the embedded Pebble store. The zero value gives
 // defaults suited to a metadata workload: small keys and values, many point
 // lookups, short scans of one directory.
-type PebbleOptions struct {
+type Options struct {
 	// CacheSize is the block cache size in bytes. Default 64 MiB. Pebble
 	// charges its memtables to the block cache, so the cache is made
 	// larger by two memtables: without that, two live memtables (one
@@ -64,10 +66,10 @@ func memTableFor(fs vfs.FS, dir string) uint64 {
 	return min(max(du.TotalBytes/128&^(1<<20-1), minPebbleMemTableSize), maxPebbleMemTableSize)
 }
 
-// pebbleStore implements Store on one Pebble database.
+// pebbleStore implements kv.Store on one Pebble database.
 type pebbleStore struct {
-	db   *pebble.DB
-	lock *pebble.Lock // the directory lock; released after db.Close
+	db   *pdb.DB
+	lock *pdb.Lock // the directory lock; released after db.Close
 
 	// writer is the single writer slot: an Update holds it (a buffered
 	// channel of capacity 1, so that waiting honors ctx) from the start of fn
@@ -75,11 +77,11 @@ type pebbleStore struct {
 	writer chan struct{}
 }
 
-var _ Store = (*pebbleStore)(nil)
+var _ kv.Store = (*pebbleStore)(nil)
 
-// OpenPebble opens, or creates, a Pebble store in dir. It fails with an error
-// matching ErrLocked if dir is held open by another process or Store.
-func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
+// Open opens, or creates, a Pebble store in dir. It fails with an error
+// matching kv.ErrLocked if dir is held open by another process or Store.
+func Open(dir string, opt Options) (kv.Store, error) {
 	if opt.CacheSize <= 0 {
 		opt.CacheSize = defaultPebbleCacheSize
 	}
@@ -94,7 +96,7 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	}
 	// Take the directory lock ourselves so a lock failure is told apart
 	// from any other open error.
-	lock, err := pebble.LockDirectory(dir, opt.FS)
+	lock, err := pdb.LockDirectory(dir, opt.FS)
 	if err != nil {
 		// Failing to create the LOCK file is a *fs.PathError; failing to
 		// lock it (fcntl, or Pebble's in-process check) is not.
@@ -102,9 +104,9 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 		if errors.As(err, &pathErr) {
 			return nil, fmt.Errorf("kv: open pebble %s: %w", dir, err)
 		}
-		return nil, fmt.Errorf("kv: open pebble %s: %w (%v)", dir, ErrLocked, err)
+		return nil, fmt.Errorf("kv: open pebble %s: %w (%v)", dir, kv.ErrLocked, err)
 	}
-	o := &pebble.Options{
+	o := &pdb.Options{
 		CacheSize:    opt.CacheSize + 2*int64(opt.MemTableSize),
 		MemTableSize: opt.MemTableSize,
 		// The MANIFEST (the log of the store's file set) grows with
@@ -112,7 +114,7 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 		// size; Pebble's default, 128 MiB, would be most of a small
 		// disk. It is sized with the memtables, to the disk.
 		MaxManifestFileSize: int64(opt.MemTableSize),
-		FormatMajorVersion:  pebble.FormatNewest,
+		FormatMajorVersion:  pdb.FormatNewest,
 		Lock:                lock,
 		FS:                  opt.FS,
 		Logger:              quietLogger{},
@@ -125,11 +127,11 @@ func OpenPebble(dir string, opt PebbleOptions) (Store, error) {
 	// reference instead of rewriting, so a large write costs about twice
 	// its size on disk rather than once per level. Blob files with a fifth
 	// of their values dead are rewritten to give the space back.
-	o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
-		return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: 1024, MaxBlobReferenceDepth: 10,
+	o.Experimental.ValueSeparationPolicy = func() pdb.ValueSeparationPolicy {
+		return pdb.ValueSeparationPolicy{Enabled: true, MinimumSize: 1024, MaxBlobReferenceDepth: 10,
 			RewriteMinimumAge: time.Minute, TargetGarbageRatio: 0.2}
 	}
-	db, err := pebble.Open(dir, o)
+	db, err := pdb.Open(dir, o)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kv: open pebble %s: %w", dir, err), lock.Close())
 	}
@@ -170,8 +172,8 @@ func MkdirAllSynced(fs vfs.FS, dir string) error {
 type quietLogger struct{}
 
 func (quietLogger) Infof(format string, args ...any)  {}
-func (quietLogger) Errorf(format string, args ...any) { pebble.DefaultLogger.Errorf(format, args...) }
-func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }
+func (quietLogger) Errorf(format string, args ...any) { pdb.DefaultLogger.Errorf(format, args...) }
+func (quietLogger) Fatalf(format string, args ...any) { pdb.DefaultLogger.Fatalf(format, args...) }
 
 // View implements Store. It does not take the writer slot. Its reads go
 // through one Pebble iterator, created at the first read, that pins the
@@ -179,7 +181,7 @@ func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fat
 // use clones of it, which see exactly the same state. This is cheaper than a
 // pebble.Snapshot, whose Close takes the database mutex and reconsiders
 // compactions on every call.
-func (s *pebbleStore) View(ctx context.Context, fn func(r Reader) error) error {
+func (s *pebbleStore) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -197,12 +199,12 @@ func (s *pebbleStore) View(ctx context.Context, fn func(r Reader) error) error {
 
 // Update implements Store. It holds the writer slot while fn runs and the
 // batch commits, so transactions are serialized.
-func (s *pebbleStore) Update(ctx context.Context, fn func(tx Txn) error) error {
+func (s *pebbleStore) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
 	return s.UpdateSized(ctx, 0, fn)
 }
 
 // UpdateSized implements Store.
-func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx Txn) error) error {
+func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
 	select {
 	case s.writer <- struct{}{}:
 	case <-ctx.Done():
@@ -213,7 +215,7 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx Txn)
 		return err
 	}
 
-	var b *pebble.Batch
+	var b *pdb.Batch
 	if size > 0 {
 		b = s.db.NewIndexedBatchWithSize(size)
 	} else {
@@ -233,7 +235,7 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx Txn)
 	// relies on that stamp: a Sync that does not reach the disk, to get
 	// commits written out sooner, would turn a torn tail into "corruption"
 	// that stops the store from opening.)
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := b.Commit(pdb.NoSync); err != nil {
 		return fmt.Errorf("kv: commit: %w", err)
 	}
 	return nil
@@ -249,7 +251,7 @@ func (s *pebbleStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.db.LogData(nil, pdb.Sync); err != nil {
 		return fmt.Errorf("kv: sync: %w", err)
 	}
 	return nil
@@ -268,9 +270,9 @@ func (s *pebbleStore) Close() error {
 	return nil
 }
 
-// Snapshot implements Store with a pebble.Snapshot, which is safe for
+// Snapshot implements kv.Store with a pebble.Snapshot, which is safe for
 // concurrent use.
-func (s *pebbleStore) Snapshot(ctx context.Context) (Snapshot, error) {
+func (s *pebbleStore) Snapshot(ctx context.Context) (kv.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -278,7 +280,7 @@ func (s *pebbleStore) Snapshot(ctx context.Context) (Snapshot, error) {
 }
 
 type snapshotReader struct {
-	snap *pebble.Snapshot
+	snap *pdb.Snapshot
 }
 
 func (r *snapshotReader) Get(key []byte) ([]byte, error) {
@@ -287,7 +289,7 @@ func (r *snapshotReader) Get(key []byte) ([]byte, error) {
 }
 
 func (r *snapshotReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	it, err := r.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := r.snap.NewIter(&pdb.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("kv: scan: %w", err)
 	}
@@ -296,17 +298,17 @@ func (r *snapshotReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) er
 
 func (r *snapshotReader) Close() error { return r.snap.Close() }
 
-// viewReader is the Reader a View hands to fn. It is pooled: View is on
+// viewReader is the kv.Reader a View hands to fn. It is pooled: View is on
 // the path of every lookup and getattr.
 type viewReader struct {
-	db   *pebble.DB
-	root *pebble.Iterator // nil until the first read; unbounded
+	db   *pdb.DB
+	root *pdb.Iterator // nil until the first read; unbounded
 }
 
 var viewReaderPool = sync.Pool{New: func() any { return new(viewReader) }}
 
 // state returns the iterator that fixes the state this View reads.
-func (r *viewReader) state() (*pebble.Iterator, error) {
+func (r *viewReader) state() (*pdb.Iterator, error) {
 	if r.root == nil {
 		it, err := r.db.NewIter(nil)
 		if err != nil {
@@ -328,7 +330,7 @@ func (r *viewReader) Get(key []byte) ([]byte, error) {
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("kv: get: %w", err)
 		}
-		return nil, ErrNotFound
+		return nil, kv.ErrNotFound
 	}
 	v, err := it.ValueAndErr()
 	if err != nil {
@@ -344,8 +346,8 @@ func (r *viewReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error 
 	if err != nil {
 		return fmt.Errorf("kv: scan: %w", err)
 	}
-	it, err := root.Clone(pebble.CloneOptions{
-		IterOptions: &pebble.IterOptions{LowerBound: lower, UpperBound: upper},
+	it, err := root.Clone(pdb.CloneOptions{
+		IterOptions: &pdb.IterOptions{LowerBound: lower, UpperBound: upper},
 	})
 	if err != nil {
 		return fmt.Errorf("kv: scan: %w", err)
@@ -353,9 +355,9 @@ func (r *viewReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error 
 	return scan(it, fn)
 }
 
-// batchTxn is the Txn an Update hands to fn.
+// batchTxn is the kv.Txn an Update hands to fn.
 type batchTxn struct {
-	b *pebble.Batch
+	b *pdb.Batch
 }
 
 func (t *batchTxn) Get(key []byte) ([]byte, error) {
@@ -364,7 +366,7 @@ func (t *batchTxn) Get(key []byte) ([]byte, error) {
 }
 
 func (t *batchTxn) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := t.b.NewIter(&pdb.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("kv: scan: %w", err)
 	}
@@ -408,8 +410,8 @@ func (t *batchTxn) DeleteRange(lower, upper []byte) error {
 // copyValue turns the result of a Pebble Get into a value the caller owns.
 func copyValue(v []byte, closer interface{ Close() error }, err error) ([]byte, error) {
 	if err != nil {
-		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, ErrNotFound
+		if errors.Is(err, pdb.ErrNotFound) {
+			return nil, kv.ErrNotFound
 		}
 		return nil, fmt.Errorf("kv: get: %w", err)
 	}
@@ -420,7 +422,7 @@ func copyValue(v []byte, closer interface{ Close() error }, err error) ([]byte, 
 
 // scan walks it from the first key to the end or until fn returns false,
 // then closes it.
-func scan(it *pebble.Iterator, fn func(k, v []byte) bool) (err error) {
+func scan(it *pdb.Iterator, fn func(k, v []byte) bool) (err error) {
 	defer func() {
 		if cerr := it.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("kv: scan: %w", cerr)

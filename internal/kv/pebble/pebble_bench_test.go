@@ -1,21 +1,24 @@
-package kv
+package pebble
 
 import (
 	"context"
 	"testing"
+
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvtest"
 )
 
 // benchStore returns a store holding n keys "k"+uint64(i) with 64-byte
 // values, the size of an encoded inode.
-func benchStore(b *testing.B, n int) Store {
+func benchStore(b *testing.B, n int) kv.Store {
 	s := openPebble(b, b.TempDir())
 	b.Cleanup(func() { s.Close() })
 	val := make([]byte, 64)
 	ctx := context.Background()
 	for i := 0; i < n; i += 1000 {
-		err := s.Update(ctx, func(tx Txn) error {
+		err := s.Update(ctx, func(tx kv.Txn) error {
 			for j := i; j < min(i+1000, n); j++ {
-				if err := tx.Set(AppendUint64([]byte("k"), uint64(j)), val); err != nil {
+				if err := tx.Set(kv.AppendUint64([]byte("k"), uint64(j)), val); err != nil {
 					return err
 				}
 			}
@@ -36,9 +39,9 @@ func BenchmarkGet(b *testing.B) {
 	b.ReportAllocs()
 	i := uint64(0)
 	for b.Loop() {
-		key = AppendUint64(append(key[:0], 'k'), (i*7919)%n)
+		key = kv.AppendUint64(append(key[:0], 'k'), (i*7919)%n)
 		i++
-		err := s.View(ctx, func(r Reader) error {
+		err := s.View(ctx, func(r kv.Reader) error {
 			_, err := r.Get(key)
 			return err
 		})
@@ -56,9 +59,9 @@ func BenchmarkUpdateSmall(b *testing.B) {
 	b.ReportAllocs()
 	i := uint64(0)
 	for b.Loop() {
-		key = AppendUint64(append(key[:0], 'k'), i%100000)
+		key = kv.AppendUint64(append(key[:0], 'k'), i%100000)
 		i++
-		err := s.Update(ctx, func(tx Txn) error { return tx.Set(key, val) })
+		err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(key, val) })
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,14 +77,23 @@ func BenchmarkScan100(b *testing.B) {
 	for b.Loop() {
 		start := (i * 7919) % (n - 100)
 		i++
-		lower := AppendUint64([]byte("k"), start)
-		upper := AppendUint64([]byte("k"), start+100)
+		lower := kv.AppendUint64([]byte("k"), start)
+		upper := kv.AppendUint64([]byte("k"), start+100)
 		count := 0
-		err := s.View(ctx, func(r Reader) error {
+		err := s.View(ctx, func(r kv.Reader) error {
 			return r.Scan(lower, upper, func(k, v []byte) bool { count++; return true })
 		})
 		if err != nil || count != 100 {
 			b.Fatalf("scan saw %d keys, err %v", count, err)
 		}
 	}
+}
+
+// BenchmarkPebbleStore is kvtest.Bench, the comparison with kv/postgres.
+func BenchmarkPebbleStore(b *testing.B) {
+	kvtest.Bench(b, func(b *testing.B) kv.Store {
+		s := openPebble(b, b.TempDir())
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
 }

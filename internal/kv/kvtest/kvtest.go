@@ -1,4 +1,7 @@
-package kv
+// Package kvtest is the contract every kv.Store backend keeps: one suite of
+// behaviours, run by each backend's tests with its own opener (kv/pebble,
+// kv/postgres), so that meta never needs to know which backend it has.
+package kvtest
 
 import (
 	"context"
@@ -7,28 +10,45 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"bucketfs/internal/kv"
 )
 
-// The behaviours every Store backend must have. Each backend's test runs
-// them with its own opener (see TestPebbleStore).
-var storeBehaviors = []struct {
-	name string
-	test func(t *testing.T, s Store)
+// Behaviors are the behaviours every kv.Store backend must have, by name.
+var Behaviors = []struct {
+	Name string
+	Test func(t *testing.T, s kv.Store)
 }{
 	{"GetReturnsWhatSetStored", testGetSetDelete},
 	{"GetReturnsACopyTheCallerOwns", testGetReturnsCopy},
 	{"ScanHonorsBoundsAndStopsEarly", testScanBounds},
+	{"KeysSortBytewiseWithZeroAndFFBytes", testBytewiseOrder},
+	{"ScanMergesTheTxnWritesOverManyCommittedKeys", testScanMergesManyKeys},
+	{"LargeValuesRoundTrip", testLargeValues},
 	{"UpdateWritesNothingWhenFnFails", testUpdateRollback},
 	{"UpdateWritesNothingWhenFnPanics", testUpdatePanicRollback},
 	{"UpdateReadsItsOwnWrites", testReadYourWrites},
 	{"ViewSeesASnapshotDespiteConcurrentUpdate", testViewSnapshotIsolation},
+	{"ViewNeverSeesHalfAnUpdate", testViewNeverSeesHalfAnUpdate},
+	{"SnapshotIsStableAndSharedByGoroutines", testSnapshot},
 	{"ConcurrentUpdatesAreSerializable", testConcurrentCounter},
-	{"UpdateGivesUpWhenContextIsCancelled", testUpdateContext},
+	{"ConcurrentUpdatesNeverWriteSkew", testNoWriteSkew},
+	{"RandomUpdatesMatchAModel", testRandomUpdatesMatchAModel},
+	{"UpdateAndViewRefuseACancelledContext", testCancelledContext},
 }
 
-func set(t *testing.T, s Store, kvs ...string) {
+// Run runs every behaviour as a subtest on a fresh, empty store from open.
+// open registers the store's Close with t.Cleanup.
+func Run(t *testing.T, open func(t *testing.T) kv.Store) {
+	for _, b := range Behaviors {
+		t.Run(b.Name, func(t *testing.T) { b.Test(t, open(t)) })
+	}
+}
+
+// Set commits the pairs key, value, ... in one Update.
+func Set(t testing.TB, s kv.Store, kvs ...string) {
 	t.Helper()
-	err := s.Update(context.Background(), func(tx Txn) error {
+	err := s.Update(context.Background(), func(tx kv.Txn) error {
 		for i := 0; i < len(kvs); i += 2 {
 			if err := tx.Set([]byte(kvs[i]), []byte(kvs[i+1])); err != nil {
 				return err
@@ -41,11 +61,11 @@ func set(t *testing.T, s Store, kvs ...string) {
 	}
 }
 
-// get returns the value of key as a string, or "<none>".
-func get(t *testing.T, r Reader, key string) string {
+// Get returns the value of key as a string, or "<none>".
+func Get(t testing.TB, r kv.Reader, key string) string {
 	t.Helper()
 	v, err := r.Get([]byte(key))
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, kv.ErrNotFound) {
 		return "<none>"
 	}
 	if err != nil {
@@ -54,11 +74,12 @@ func get(t *testing.T, r Reader, key string) string {
 	return string(v)
 }
 
-func viewGet(t *testing.T, s Store, key string) string {
+// ViewGet is Get in a View of its own.
+func ViewGet(t testing.TB, s kv.Store, key string) string {
 	t.Helper()
 	var got string
-	if err := s.View(context.Background(), func(r Reader) error {
-		got = get(t, r, key)
+	if err := s.View(context.Background(), func(r kv.Reader) error {
+		got = Get(t, r, key)
 		return nil
 	}); err != nil {
 		t.Fatalf("View: %v", err)
@@ -66,9 +87,9 @@ func viewGet(t *testing.T, s Store, key string) string {
 	return got
 }
 
-// scanKeys returns "k=v" for each key Scan visits, stopping after limit
+// ScanKeys returns "k=v" for each key Scan visits, stopping after limit
 // entries when limit > 0.
-func scanKeys(t *testing.T, r Reader, lower, upper []byte, limit int) []string {
+func ScanKeys(t testing.TB, r kv.Reader, lower, upper []byte, limit int) []string {
 	t.Helper()
 	var out []string
 	err := r.Scan(lower, upper, func(k, v []byte) bool {
@@ -81,23 +102,23 @@ func scanKeys(t *testing.T, r Reader, lower, upper []byte, limit int) []string {
 	return out
 }
 
-func testGetSetDelete(t *testing.T, s Store) {
-	if got := viewGet(t, s, "a"); got != "<none>" {
+func testGetSetDelete(t *testing.T, s kv.Store) {
+	if got := ViewGet(t, s, "a"); got != "<none>" {
 		t.Fatalf("empty store: Get(a) = %q", got)
 	}
-	set(t, s, "a", "1")
-	if got := viewGet(t, s, "a"); got != "1" {
+	Set(t, s, "a", "1")
+	if got := ViewGet(t, s, "a"); got != "1" {
 		t.Fatalf("Get(a) = %q, want 1", got)
 	}
-	set(t, s, "a", "2")
-	if got := viewGet(t, s, "a"); got != "2" {
+	Set(t, s, "a", "2")
+	if got := ViewGet(t, s, "a"); got != "2" {
 		t.Fatalf("after overwrite Get(a) = %q, want 2", got)
 	}
-	set(t, s, "empty", "")
-	if got := viewGet(t, s, "empty"); got != "" {
+	Set(t, s, "empty", "")
+	if got := ViewGet(t, s, "empty"); got != "" {
 		t.Fatalf("Get(empty) = %q, want empty value", got)
 	}
-	if err := s.Update(context.Background(), func(tx Txn) error {
+	if err := s.Update(context.Background(), func(tx kv.Txn) error {
 		if err := tx.Delete([]byte("missing")); err != nil {
 			return err
 		}
@@ -105,30 +126,30 @@ func testGetSetDelete(t *testing.T, s Store) {
 	}); err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	if got := viewGet(t, s, "a"); got != "<none>" {
+	if got := ViewGet(t, s, "a"); got != "<none>" {
 		t.Fatalf("after Delete Get(a) = %q", got)
 	}
 }
 
-func testGetReturnsCopy(t *testing.T, s Store) {
-	set(t, s, "k", "value")
+func testGetReturnsCopy(t *testing.T, s kv.Store) {
+	Set(t, s, "k", "value")
 	var kept []byte
-	s.View(context.Background(), func(r Reader) error {
+	s.View(context.Background(), func(r kv.Reader) error {
 		kept, _ = r.Get([]byte("k"))
 		kept[0] = 'X'
 		return nil
 	})
-	set(t, s, "k", "other")
+	Set(t, s, "k", "other")
 	if string(kept) != "Xalue" {
 		t.Fatalf("kept value changed under the caller: %q", kept)
 	}
-	if got := viewGet(t, s, "k"); got != "other" {
+	if got := ViewGet(t, s, "k"); got != "other" {
 		t.Fatalf("Get(k) = %q, want other", got)
 	}
 }
 
-func testScanBounds(t *testing.T, s Store) {
-	set(t, s, "a", "1", "b", "2", "c", "3", "d", "4", "p\xff", "5", "p\xff\x00", "6", "q", "7")
+func testScanBounds(t *testing.T, s kv.Store) {
+	Set(t, s, "a", "1", "b", "2", "c", "3", "d", "4", "p\xff", "5", "p\xff\x00", "6", "q", "7")
 	tests := []struct {
 		name         string
 		lower, upper []byte
@@ -141,19 +162,19 @@ func testScanBounds(t *testing.T, s Store) {
 		{"NoUpperBound", []byte("d"), nil, 0, "[d=4 p\xff=5 p\xff\x00=6 q=7]"},
 		{"EmptyRange", []byte("b"), []byte("b"), 0, "[]"},
 		{"BoundsBetweenKeys", []byte("bb"), []byte("cc"), 0, "[c=3]"},
-		{"PrefixWithFF", []byte("p\xff"), PrefixEnd([]byte("p\xff")), 0, "[p\xff=5 p\xff\x00=6]"},
+		{"PrefixWithFF", []byte("p\xff"), kv.PrefixEnd([]byte("p\xff")), 0, "[p\xff=5 p\xff\x00=6]"},
 		{"StopsWhenFnReturnsFalse", nil, nil, 2, "[a=1 b=2]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s.View(context.Background(), func(r Reader) error {
-				if got := fmt.Sprint(scanKeys(t, r, tt.lower, tt.upper, tt.limit)); got != tt.want && !(got == "[]" && tt.want == "[]") {
+			s.View(context.Background(), func(r kv.Reader) error {
+				if got := fmt.Sprint(ScanKeys(t, r, tt.lower, tt.upper, tt.limit)); got != tt.want && !(got == "[]" && tt.want == "[]") {
 					t.Errorf("View Scan = %q, want %q", got, tt.want)
 				}
 				return nil
 			})
-			s.Update(context.Background(), func(tx Txn) error {
-				if got := fmt.Sprint(scanKeys(t, tx, tt.lower, tt.upper, tt.limit)); got != tt.want {
+			s.Update(context.Background(), func(tx kv.Txn) error {
+				if got := fmt.Sprint(ScanKeys(t, tx, tt.lower, tt.upper, tt.limit)); got != tt.want {
 					t.Errorf("Update Scan = %q, want %q", got, tt.want)
 				}
 				return nil
@@ -162,10 +183,10 @@ func testScanBounds(t *testing.T, s Store) {
 	}
 }
 
-func testUpdateRollback(t *testing.T, s Store) {
-	set(t, s, "keep", "old")
+func testUpdateRollback(t *testing.T, s kv.Store) {
+	Set(t, s, "keep", "old")
 	errBoom := errors.New("boom")
-	err := s.Update(context.Background(), func(tx Txn) error {
+	err := s.Update(context.Background(), func(tx kv.Txn) error {
 		tx.Set([]byte("keep"), []byte("new"))
 		tx.Set([]byte("added"), []byte("x"))
 		tx.Delete([]byte("keep"))
@@ -174,18 +195,18 @@ func testUpdateRollback(t *testing.T, s Store) {
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("Update error = %v, want fn's error", err)
 	}
-	if got := viewGet(t, s, "keep"); got != "old" {
+	if got := ViewGet(t, s, "keep"); got != "old" {
 		t.Errorf("Get(keep) = %q, want old", got)
 	}
-	if got := viewGet(t, s, "added"); got != "<none>" {
+	if got := ViewGet(t, s, "added"); got != "<none>" {
 		t.Errorf("Get(added) = %q, want none", got)
 	}
 }
 
-func testUpdatePanicRollback(t *testing.T, s Store) {
+func testUpdatePanicRollback(t *testing.T, s kv.Store) {
 	func() {
 		defer func() { recover() }()
-		s.Update(context.Background(), func(tx Txn) error {
+		s.Update(context.Background(), func(tx kv.Txn) error {
 			tx.Set([]byte("p"), []byte("x"))
 			panic("fn panics")
 		})
@@ -193,30 +214,30 @@ func testUpdatePanicRollback(t *testing.T, s Store) {
 	// The writer slot must have been released, or this blocks.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Update(ctx, func(tx Txn) error { return nil }); err != nil {
+	if err := s.Update(ctx, func(tx kv.Txn) error { return nil }); err != nil {
 		t.Fatalf("Update after panic: %v", err)
 	}
-	if got := viewGet(t, s, "p"); got != "<none>" {
+	if got := ViewGet(t, s, "p"); got != "<none>" {
 		t.Errorf("Get(p) = %q, want none", got)
 	}
 }
 
-func testReadYourWrites(t *testing.T, s Store) {
-	set(t, s, "a", "1", "b", "2", "c", "3", "d", "4")
-	err := s.Update(context.Background(), func(tx Txn) error {
+func testReadYourWrites(t *testing.T, s kv.Store) {
+	Set(t, s, "a", "1", "b", "2", "c", "3", "d", "4")
+	err := s.Update(context.Background(), func(tx kv.Txn) error {
 		tx.Set([]byte("b"), []byte("20"))
 		tx.Set([]byte("bb"), []byte("25"))
 		tx.Delete([]byte("c"))
-		if got := get(t, tx, "b"); got != "20" {
+		if got := Get(t, tx, "b"); got != "20" {
 			t.Errorf("Get(b) = %q, want own write 20", got)
 		}
-		if got := get(t, tx, "c"); got != "<none>" {
+		if got := Get(t, tx, "c"); got != "<none>" {
 			t.Errorf("Get(c) = %q, want own delete", got)
 		}
-		if got := get(t, tx, "a"); got != "1" {
+		if got := Get(t, tx, "a"); got != "1" {
 			t.Errorf("Get(a) = %q, want committed 1", got)
 		}
-		if got := fmt.Sprint(scanKeys(t, tx, nil, nil, 0)); got != "[a=1 b=20 bb=25 d=4]" {
+		if got := fmt.Sprint(ScanKeys(t, tx, nil, nil, 0)); got != "[a=1 b=20 bb=25 d=4]" {
 			t.Errorf("Scan = %s", got)
 		}
 		// Writes made while a scan runs must not disturb it.
@@ -234,10 +255,10 @@ func testReadYourWrites(t *testing.T, s Store) {
 		if err := tx.DeleteRange([]byte("a"), []byte("c")); err != nil {
 			return err
 		}
-		if got := fmt.Sprint(scanKeys(t, tx, nil, []byte("z"), 0)); got != "[d=4]" {
+		if got := fmt.Sprint(ScanKeys(t, tx, nil, []byte("z"), 0)); got != "[d=4]" {
 			t.Errorf("Scan after DeleteRange = %s", got)
 		}
-		if got := get(t, tx, "bb"); got != "<none>" {
+		if got := Get(t, tx, "bb"); got != "<none>" {
 			t.Errorf("Get(bb) after DeleteRange = %q", got)
 		}
 		return nil
@@ -245,23 +266,23 @@ func testReadYourWrites(t *testing.T, s Store) {
 	if err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	s.View(context.Background(), func(r Reader) error {
-		if got := fmt.Sprint(scanKeys(t, r, nil, nil, 0)); got != "[d=4 za=1 zb=20 zbb=25 zd=4]" {
+	s.View(context.Background(), func(r kv.Reader) error {
+		if got := fmt.Sprint(ScanKeys(t, r, nil, nil, 0)); got != "[d=4 za=1 zb=20 zbb=25 zd=4]" {
 			t.Errorf("committed = %s", got)
 		}
 		return nil
 	})
 }
 
-func testViewSnapshotIsolation(t *testing.T, s Store) {
-	set(t, s, "a", "1")
-	err := s.View(context.Background(), func(r Reader) error {
-		if got := get(t, r, "a"); got != "1" {
+func testViewSnapshotIsolation(t *testing.T, s kv.Store) {
+	Set(t, s, "a", "1")
+	err := s.View(context.Background(), func(r kv.Reader) error {
+		if got := Get(t, r, "a"); got != "1" {
 			t.Fatalf("Get(a) = %q", got)
 		}
 		done := make(chan error)
 		go func() {
-			done <- s.Update(context.Background(), func(tx Txn) error {
+			done <- s.Update(context.Background(), func(tx kv.Txn) error {
 				tx.Set([]byte("a"), []byte("2"))
 				return tx.Set([]byte("b"), []byte("2"))
 			})
@@ -269,10 +290,10 @@ func testViewSnapshotIsolation(t *testing.T, s Store) {
 		if err := <-done; err != nil {
 			return err
 		}
-		if got := get(t, r, "a"); got != "1" {
+		if got := Get(t, r, "a"); got != "1" {
 			t.Errorf("inside View after Update: Get(a) = %q, want 1", got)
 		}
-		if got := fmt.Sprint(scanKeys(t, r, nil, nil, 0)); got != "[a=1]" {
+		if got := fmt.Sprint(ScanKeys(t, r, nil, nil, 0)); got != "[a=1]" {
 			t.Errorf("inside View after Update: Scan = %s", got)
 		}
 		return nil
@@ -280,28 +301,28 @@ func testViewSnapshotIsolation(t *testing.T, s Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := viewGet(t, s, "b"); got != "2" {
+	if got := ViewGet(t, s, "b"); got != "2" {
 		t.Errorf("new View: Get(b) = %q, want 2", got)
 	}
 
 	// The same when the View starts with a Scan and reads a key after.
-	err = s.View(context.Background(), func(r Reader) error {
-		if got := fmt.Sprint(scanKeys(t, r, nil, nil, 0)); got != "[a=2 b=2]" {
+	err = s.View(context.Background(), func(r kv.Reader) error {
+		if got := fmt.Sprint(ScanKeys(t, r, nil, nil, 0)); got != "[a=2 b=2]" {
 			t.Errorf("Scan = %s", got)
 		}
-		if err := s.Update(context.Background(), func(tx Txn) error {
+		if err := s.Update(context.Background(), func(tx kv.Txn) error {
 			tx.Delete([]byte("a"))
 			return tx.Set([]byte("c"), []byte("3"))
 		}); err != nil {
 			return err
 		}
-		if got := get(t, r, "a"); got != "2" {
+		if got := Get(t, r, "a"); got != "2" {
 			t.Errorf("inside View after Update: Get(a) = %q, want 2", got)
 		}
-		if got := get(t, r, "c"); got != "<none>" {
+		if got := Get(t, r, "c"); got != "<none>" {
 			t.Errorf("inside View after Update: Get(c) = %q, want none", got)
 		}
-		if got := fmt.Sprint(scanKeys(t, r, []byte("b"), nil, 0)); got != "[b=2]" {
+		if got := fmt.Sprint(ScanKeys(t, r, []byte("b"), nil, 0)); got != "[b=2]" {
 			t.Errorf("inside View after Update: Scan = %s", got)
 		}
 		return nil
@@ -311,7 +332,7 @@ func testViewSnapshotIsolation(t *testing.T, s Store) {
 	}
 }
 
-func testConcurrentCounter(t *testing.T, s Store) {
+func testConcurrentCounter(t *testing.T, s kv.Store) {
 	const workers, each = 8, 50
 	key := []byte("counter")
 	var wg sync.WaitGroup
@@ -320,16 +341,16 @@ func testConcurrentCounter(t *testing.T, s Store) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				err := s.Update(context.Background(), func(tx Txn) error {
+				err := s.Update(context.Background(), func(tx kv.Txn) error {
 					var n uint64
 					v, err := tx.Get(key)
 					switch {
 					case err == nil:
-						n = Uint64(v)
-					case !errors.Is(err, ErrNotFound):
+						n = kv.Uint64(v)
+					case !errors.Is(err, kv.ErrNotFound):
 						return err
 					}
-					return tx.Set(key, AppendUint64(nil, n+1))
+					return tx.Set(key, kv.AppendUint64(nil, n+1))
 				})
 				if err != nil {
 					t.Errorf("Update: %v", err)
@@ -351,9 +372,9 @@ func testConcurrentCounter(t *testing.T, s Store) {
 				return
 			default:
 			}
-			s.View(context.Background(), func(r Reader) error {
+			s.View(context.Background(), func(r kv.Reader) error {
 				if v, err := r.Get(key); err == nil {
-					if n := Uint64(v); n < last {
+					if n := kv.Uint64(v); n < last {
 						t.Errorf("counter went back from %d to %d", last, n)
 					} else {
 						last = n
@@ -366,76 +387,23 @@ func testConcurrentCounter(t *testing.T, s Store) {
 	wg.Wait()
 	close(stop)
 	readers.Wait()
-	s.View(context.Background(), func(r Reader) error {
+	s.View(context.Background(), func(r kv.Reader) error {
 		v, err := r.Get(key)
-		if err != nil || Uint64(v) != workers*each {
+		if err != nil || kv.Uint64(v) != workers*each {
 			t.Errorf("counter = %v (%v), want %d", v, err, workers*each)
 		}
 		return nil
 	})
 }
 
-func testUpdateContext(t *testing.T, s Store) {
+func testCancelledContext(t *testing.T, s kv.Store) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	ran := false
-	if err := s.Update(cancelled, func(tx Txn) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
+	if err := s.Update(cancelled, func(tx kv.Txn) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
 		t.Errorf("Update(cancelled) = %v, ran=%v", err, ran)
 	}
-	if err := s.View(cancelled, func(r Reader) error { return nil }); !errors.Is(err, context.Canceled) {
-		t.Errorf("View(cancelled) = %v", err)
-	}
-
-	// An Update waiting behind another one gives up at its deadline.
-	holding, release := make(chan struct{}), make(chan struct{})
-	go s.Update(context.Background(), func(tx Txn) error {
-		close(holding)
-		<-release
-		return nil
-	})
-	<-holding
-	ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel2()
-	err := s.Update(ctx, func(tx Txn) error { return nil })
-	close(release)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("waiting Update = %v, want deadline exceeded", err)
-	}
-}
-
-func TestPrefixEnd(t *testing.T) {
-	tests := []struct {
-		prefix, want []byte
-	}{
-		{nil, nil},
-		{[]byte{}, nil},
-		{[]byte("a"), []byte("b")},
-		{[]byte("ab"), []byte("ac")},
-		{[]byte{'a', 0xff}, []byte("b")},
-		{[]byte{'a', 0xfe, 0xff, 0xff}, []byte{'a', 0xff}},
-		{[]byte{0xff, 0xff}, nil},
-	}
-	for _, tt := range tests {
-		if got := PrefixEnd(tt.prefix); string(got) != string(tt.want) || (got == nil) != (tt.want == nil) {
-			t.Errorf("PrefixEnd(%x) = %x, want %x", tt.prefix, got, tt.want)
-		}
-	}
-	p := []byte("ab")
-	PrefixEnd(p)[0] = 'X'
-	if string(p) != "ab" {
-		t.Errorf("PrefixEnd modified its argument: %q", p)
-	}
-}
-
-func TestUint64EncodingSortsNumerically(t *testing.T) {
-	vals := []uint64{0, 1, 255, 256, 1 << 32, 1<<64 - 1}
-	for i, v := range vals {
-		b := AppendUint64([]byte("x"), v)
-		if len(b) != 9 || Uint64(b[1:]) != v {
-			t.Fatalf("round trip of %d: %x", v, b)
-		}
-		if i > 0 && string(AppendUint64(nil, vals[i-1])) >= string(AppendUint64(nil, v)) {
-			t.Errorf("encoding of %d does not sort before %d", vals[i-1], v)
-		}
+	if err := s.View(cancelled, func(r kv.Reader) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
+		t.Errorf("View(cancelled) = %v, ran=%v", err, ran)
 	}
 }

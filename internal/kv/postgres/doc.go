@@ -1,0 +1,103 @@
+// Package postgres is the [kv.Store] on PostgreSQL, for several bucketfs
+// servers sharing one file system: every server opens the same database
+// (and schema), and the database decides the order of their transactions.
+//
+// # Tables
+//
+// One table per schema holds the whole store: kv (k bytea PRIMARY KEY,
+// v bytea NOT NULL). bytea compares bytewise (memcmp, then the shorter
+// first), which is exactly the kv order, whatever the database's collation;
+// a Scan is an index range scan in key order. A second table,
+// schema_version, holds one row: the version of the schema's tables. The
+// first Open on a database without the schema creates both in one
+// transaction of plain DDL (CREATE ... IF NOT EXISTS, no advisory locks,
+// no triggers), so no server sees a schema without its version; two
+// servers doing it at once collide in the catalog and the loser tries
+// again. An Open that finds another version refuses, in one line:
+// "database schema bucketfs is version N; this bucketfs needs M". There is
+// no row that every transaction writes: transactions on different keys do
+// not conflict.
+//
+// # Update: SERIALIZABLE, buffered, retried
+//
+// An Update is a SERIALIZABLE read-write transaction. Its writes are kept
+// in memory (a map of sets and deletes, a list of deleted ranges) and sent
+// with COMMIT in one batch, one round trip, with BEGIN in front when fn
+// read nothing; a read that begins the transaction carries its BEGIN the
+// same way. So a create that reads two keys and writes four costs three
+// round trips. Reads inside the Update merge the buffer over the database
+// rows (read-your-writes; a DeleteRange is a range tombstone until the
+// commit); a Scan reads the rows in pages (LIMIT, from 64 rows up to
+// Options.ScanPage) and stops reading when fn returns false.
+//
+// PostgreSQL's serializable snapshot isolation rolls back one of two
+// transactions whose reads and writes could not have happened in some
+// serial order (serialization_failure, 40001), as it does one of two that
+// deadlock (40P01). Update then runs fn again from the start, after a
+// jittered, growing pause, until ctx ends; it does the same when the
+// connection was lost before COMMIT was sent (the server restarting), as
+// nothing of the transaction can have committed. fn may therefore run more
+// than once (the kv contract says so). When the connection is lost while
+// COMMIT is under way, nobody can tell whether it committed: Update returns
+// an error wrapping [kv.ErrUnknownOutcome] and does not run fn again, since
+// repeating a write that landed could be wrong.
+//
+// # View: a snapshot is enough for readers
+//
+// A View is a REPEATABLE READ READ ONLY transaction: one snapshot, taken at
+// its first read, holding every transaction committed before it and none
+// after, so a View never sees half an Update and never waits for writers.
+// It is not SERIALIZABLE, and so it allows one anomaly, the read-only
+// anomaly of snapshot isolation: a View may see an Update T2 and not an
+// Update T1 that committed after T2 although T1 must be ordered before T2
+// (T1 read a key T2 then overwrote). What the View sees is still a state
+// that a serial run of the Updates it sees produces (their dependencies
+// among themselves have no cycle, and they read only from each other), so
+// every invariant an Update keeps holds in it. What it may miss is only
+// the order a later View would imply; a View never writes, and every
+// decision taken from it that changes the store is taken again inside an
+// Update, which is serializable. SERIALIZABLE READ ONLY would remove the
+// anomaly at the cost of tracking the View's reads (or waiting for a safe
+// snapshot, with DEFERRABLE) and of a View failing with 40001.
+//
+// # Snapshot: one connection, reads take turns
+//
+// A Snapshot holds one connection of the pool in a REPEATABLE READ READ
+// ONLY transaction until Close; its snapshot is taken when Snapshot
+// returns. Reads from several goroutines take turns on the connection (a
+// Scan gives it up between pages, so a long scan does not stop a Get).
+// An exported snapshot (pg_export_snapshot with SET TRANSACTION SNAPSHOT
+// on other connections) would let reads run in parallel, but exists only
+// on PostgreSQL itself, costs a round trip per reading transaction, and
+// the exporter reads one file's blocks in order anyway. An open Snapshot
+// keeps VACUUM from removing rows newer than it: close it soon.
+//
+// # Durability: at COMMIT, or at Sync with AsyncCommit
+//
+// Open sets synchronous_commit to on (unless the URL sets another level,
+// such as remote_apply for synchronous replicas): COMMIT returns once the
+// commit record is flushed to the write-ahead log, so every Update that
+// returned nil is durable and Sync has nothing to do.
+//
+// With Options.AsyncCommit (or synchronous_commit=off in the URL) Updates
+// commit with synchronous_commit off and return before the log is flushed,
+// as Pebble's do; a crash of the database may lose the last of them, never
+// a middle one. Sync then commits a write of this store's own row in table
+// sync_marks at the synchronous level, which flushes the log up to that
+// commit: every Update that returned before, and every commit of another
+// server that this one saw, since a commit's record is in the log before
+// the commit is visible. Each store has its own row, so Syncs of several
+// servers do not conflict.
+//
+// # Errors
+//
+// Errors name the database as "postgres host:port/database: ..." and never
+// the password; Open does not repeat a URL that fails to parse.
+//
+// # Distributed PostgreSQL-compatible databases
+//
+// The SQL is kept to what YugabyteDB and CockroachDB accept: CREATE ... IF
+// NOT EXISTS, INSERT ... ON CONFLICT, unnest of two arrays, bytea keys,
+// SERIALIZABLE transactions and no advisory locks, triggers, LISTEN or
+// exported snapshots.
+package postgres

@@ -1,0 +1,326 @@
+package postgres
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"regexp"
+	"strconv"
+	"time"
+
+	"bucketfs/internal/kv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SchemaVersion is the version of the tables this bucketfs keeps. A
+// database schema of another version is refused by Open.
+const SchemaVersion = 1
+
+// Options tunes the PostgreSQL store. The zero value gives the defaults.
+type Options struct {
+	// Schema is the PostgreSQL schema that holds the store's tables.
+	// Default "bucketfs". Two file systems may share one database in two
+	// schemas. It must be a plain identifier: letters, digits and _.
+	Schema string
+	// MaxConns bounds the connections of the pool. Default 16. Every
+	// running View, Update and open Snapshot holds one.
+	MaxConns int32
+	// ScanPage is the most rows one read of a Scan fetches. Default 1024;
+	// a Scan's first read fetches at most 64, as most scans stop early
+	// (a lookup, a page of a directory listing).
+	ScanPage int
+	// MaxBackoff bounds the pause before Update runs fn again after a
+	// conflict or a lost connection. Default 200ms.
+	MaxBackoff time.Duration
+	// AsyncCommit makes Updates commit with synchronous_commit off: they
+	// return before their commit record is flushed, and are durable only
+	// after Sync, as on Pebble. Without it every Update is durable when it
+	// returns and Sync does nothing.
+	AsyncCommit bool
+}
+
+// Store is the kv.Store on PostgreSQL. All methods are safe for
+// concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	name string // host:port/database, for errors (never the password)
+	opt  Options
+	sql  statements
+
+	// With AsyncCommit: the synchronous_commit level of Sync's commit, and
+	// this store's row in sync_marks, which Sync writes.
+	syncLevel string
+	mark      []byte
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// statements are the SQL texts of one schema.
+type statements struct {
+	get, setOne, setMany, deleteMany, deleteRange string
+	scanFrom, scanFromTo, scanAfter, scanAfterTo  string
+	syncMark, dropMark                            string
+}
+
+func newStatements(schema string) statements {
+	t := pgx.Identifier{schema, "kv"}.Sanitize()
+	return statements{
+		get:         "SELECT v FROM " + t + " WHERE k = $1",
+		setOne:      "INSERT INTO " + t + " (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+		setMany:     "INSERT INTO " + t + " (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+		deleteMany:  "DELETE FROM " + t + " WHERE k = ANY($1::bytea[])",
+		deleteRange: "DELETE FROM " + t + " WHERE k >= $1 AND k < $2",
+		scanFrom:    "SELECT k, v FROM " + t + " WHERE k >= $1 ORDER BY k LIMIT $2",
+		scanFromTo:  "SELECT k, v FROM " + t + " WHERE k >= $1 AND k < $3 ORDER BY k LIMIT $2",
+		scanAfter:   "SELECT k, v FROM " + t + " WHERE k > $1 ORDER BY k LIMIT $2",
+		scanAfterTo: "SELECT k, v FROM " + t + " WHERE k > $1 AND k < $3 ORDER BY k LIMIT $2",
+		syncMark: "INSERT INTO " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " (store, n) VALUES ($1, 1)" +
+			" ON CONFLICT (store) DO UPDATE SET n = " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + ".n + 1",
+		dropMark: "DELETE FROM " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " WHERE store = $1",
+	}
+}
+
+var syncLevels = map[string]bool{"on": true, "remote_apply": true, "remote_write": true, "local": true, "off": true}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Open connects to the database at url (a libpq URL or key=value string:
+// password from it, PGPASSWORD or ~/.pgpass, TLS by sslmode) and returns
+// the store kept in opt.Schema. The first Open on a database without the
+// schema creates it; an Open that finds the schema at another version
+// fails with a one-line error saying both versions.
+func Open(ctx context.Context, url string, opt Options) (kv.Store, error) {
+	if opt.Schema == "" {
+		opt.Schema = "bucketfs"
+	}
+	if opt.MaxConns <= 0 {
+		opt.MaxConns = 16
+	}
+	if opt.ScanPage <= 0 {
+		opt.ScanPage = 1024
+	}
+	if opt.MaxBackoff <= 0 {
+		opt.MaxBackoff = 200 * time.Millisecond
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors may quote the URL, password and all.
+		return nil, errors.New("postgres: the database URL does not parse (see the libpq connection string format)")
+	}
+	name := "postgres " + net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))) + "/" + cfg.ConnConfig.Database
+	if !identifier.MatchString(opt.Schema) {
+		return nil, fmt.Errorf("%s: schema name %q: want letters, digits and _", name, opt.Schema)
+	}
+	cfg.MaxConns = opt.MaxConns
+	// Commits are durable when they return (see Store.Sync), unless the
+	// URL chooses another level (remote_apply, for synchronous replicas),
+	// or AsyncCommit leaves that to Sync.
+	syncLevel, ok := cfg.ConnConfig.RuntimeParams["synchronous_commit"]
+	if !ok {
+		syncLevel = "on"
+	}
+	if !syncLevels[syncLevel] {
+		return nil, fmt.Errorf("%s: synchronous_commit %q: want one of on, remote_apply, remote_write, local, off", name, syncLevel)
+	}
+	if syncLevel == "off" { // the URL asks for it: Sync keeps its promise
+		syncLevel, opt.AsyncCommit = "on", true
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = syncLevel
+	if opt.AsyncCommit {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel}
+	s.mark = make([]byte, 16)
+	crand.Read(s.mark)
+	if err := s.prepareSchema(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepareSchema checks the schema's version, creating the schema first
+// when it does not exist.
+//
+// The tables are created in one transaction of plain DDL (no advisory
+// lock), so no server ever sees a schema without its version row. Two
+// servers creating it at once may collide in the catalog (a unique
+// violation, or a serialization failure on databases that serialize DDL);
+// the loser tries again and then finds the winner's schema.
+func (s *Store) prepareSchema(ctx context.Context) error {
+	schema := pgx.Identifier{s.opt.Schema}.Sanitize()
+	version := pgx.Identifier{s.opt.Schema, "schema_version"}.Sanitize()
+	table := pgx.Identifier{s.opt.Schema, "kv"}.Sanitize()
+	for attempt := 0; ; attempt++ {
+		var got int
+		err := s.pool.QueryRow(ctx, "SELECT version FROM "+version).Scan(&got)
+		if err == nil {
+			if got != SchemaVersion {
+				return fmt.Errorf("%s: database schema %s is version %d; this bucketfs needs %d", s.name, s.opt.Schema, got, SchemaVersion)
+			}
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		missing := errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") // undefined table, schema
+		if !missing && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%s: read the schema version: %w", s.name, err)
+		}
+		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			for _, ddl := range []string{
+				"CREATE SCHEMA IF NOT EXISTS " + schema,
+				// One row: the version of every table in the schema.
+				"CREATE TABLE IF NOT EXISTS " + version + " (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)",
+				// bytea compares bytewise (memcmp, then length): the kv order.
+				"CREATE TABLE IF NOT EXISTS " + table + " (k bytea PRIMARY KEY, v bytea NOT NULL)",
+				// One row per open store with AsyncCommit, which its Sync
+				// writes: no row that every server writes.
+				"CREATE TABLE IF NOT EXISTS " + pgx.Identifier{s.opt.Schema, "sync_marks"}.Sanitize() + " (store bytea PRIMARY KEY, n bigint NOT NULL)",
+			} {
+				if _, err := tx.Exec(ctx, ddl); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+version+" (one, version) VALUES (true, $1) ON CONFLICT (one) DO NOTHING", SchemaVersion)
+			return err
+		})
+		if err != nil {
+			if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P06" || pgErr.Code == "42P07" || retryable(pgErr)) {
+				continue // another server created it at the same time
+			}
+			return fmt.Errorf("%s: create schema %s: %w", s.name, s.opt.Schema, err)
+		}
+	}
+}
+
+// retryable reports whether a server error means the transaction was rolled
+// back for a reason that running it again may not meet: a serialization
+// failure or a deadlock between transactions, or the server going away.
+func retryable(e *pgconn.PgError) bool {
+	switch e.Code {
+	case "40001", "40P01", // serialization_failure, deadlock_detected
+		"57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return true
+	}
+	return e.Code[:2] == "08" // connection exception
+}
+
+// backoff waits before attempt n+1 of an Update: exponential from 1ms to
+// MaxBackoff, jittered so that transactions that conflicted do not meet
+// again in step.
+func (s *Store) backoff(ctx context.Context, n int) error {
+	d := min(time.Millisecond<<min(n, 20), s.opt.MaxBackoff)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Sync implements kv.Store.
+//
+// Without AsyncCommit every Update is durable when it returns: its COMMIT
+// waits for the write-ahead log to be flushed (synchronous_commit on, set
+// by Open unless the URL chooses another level), so Sync has nothing to
+// do.
+//
+// With AsyncCommit, Sync commits a write of this store's row in
+// sync_marks at the synchronous level. Its COMMIT returns once the log is
+// flushed up to its commit record, and the log is one sequence: that
+// flushes every commit record before it, which includes every Update that
+// returned before Sync was called, and every commit of any server that
+// this one saw (a commit's record is in the log before the commit is
+// visible).
+func (s *Store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil || !s.opt.AsyncCommit {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SET LOCAL synchronous_commit = " + s.syncLevel)
+		b.Queue(s.sql.syncMark, s.mark)
+		b.Queue("COMMIT")
+		err := s.pool.SendBatch(ctx, b).Close()
+		if err == nil {
+			return nil
+		}
+		// Whatever the outcome of a failed Sync, doing it again is safe:
+		// again after a conflict or a lost connection, until ctx ends.
+		var pgErr *pgconn.PgError
+		if ctx.Err() != nil || errors.As(err, &pgErr) && !retryable(pgErr) {
+			return fmt.Errorf("%s: sync: %w", s.name, err)
+		}
+		if werr := s.backoff(ctx, attempt); werr != nil {
+			return fmt.Errorf("%s: sync: %w (last: %v)", s.name, werr, err)
+		}
+	}
+}
+
+// Close implements kv.Store: it closes every connection of the pool.
+func (s *Store) Close() error {
+	if s.opt.AsyncCommit {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		s.pool.Exec(ctx, s.sql.dropMark, s.mark) // a row left behind is harmless
+		cancel()
+	}
+	s.pool.Close()
+	return nil
+}
+
+// View implements kv.Store with a REPEATABLE READ READ ONLY transaction,
+// begun with its first read (in the same round trip).
+func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	if err != nil {
+		return fmt.Errorf("%s: view: %w", s.name, err)
+	}
+	defer func() {
+		r.end()
+		r.release()
+	}()
+	return fn(r)
+}
+
+// Snapshot implements kv.Store: one connection, held until Close, in a
+// REPEATABLE READ READ ONLY transaction whose snapshot is taken at once.
+// Its reads take turns on that connection (a Scan between pages), which
+// keeps the state the same for all of them on any PostgreSQL-compatible
+// database; an exported snapshot (pg_export_snapshot) would let reads run
+// in parallel on several connections, but only on PostgreSQL itself, and
+// the exporter, its user, reads one file's blocks in order anyway.
+func (s *Store) Snapshot(ctx context.Context) (kv.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	if err != nil {
+		return nil, fmt.Errorf("%s: snapshot: %w", s.name, err)
+	}
+	// The reads of a Snapshot have no context of their own: the one given
+	// here may end as soon as Snapshot returns.
+	r.ctx = context.Background()
+	// The snapshot is taken by the first statement after BEGIN.
+	if err := r.read(ctx, func(pgx.Rows) error { return nil }, "SELECT 1"); err != nil {
+		r.end()
+		r.release()
+		return nil, fmt.Errorf("%s: snapshot: %w", s.name, err)
+	}
+	return &snapshot{r: r}, nil
+}

@@ -1,0 +1,339 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvtest"
+	"bucketfs/internal/pgtest"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// open opens the store of schema in the database at url and closes it
+// when t ends.
+func open(t testing.TB, url, schema string) kv.Store {
+	t.Helper()
+	return openWith(t, url, Options{Schema: schema})
+}
+
+func openWith(t testing.TB, url string, opt Options) kv.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, url, opt)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// The kv contract, on one server: each behaviour in a schema of its own;
+// then again with AsyncCommit.
+func TestPostgresStore(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	n := 0
+	kvtest.Run(t, func(t *testing.T) kv.Store {
+		n++
+		return open(t, url, fmt.Sprint("contract", n))
+	})
+	t.Run("AsyncCommit", func(t *testing.T) {
+		kvtest.Run(t, func(t *testing.T) kv.Store {
+			n++
+			return openWith(t, url, Options{Schema: fmt.Sprint("contract", n), AsyncCommit: true})
+		})
+	})
+}
+
+// The tests below share one server; each has a database of its own.
+func TestPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	for _, tt := range []struct {
+		name string
+		test func(t *testing.T, srv *pgtest.Server, url string)
+	}{
+		{"TwoStoresOnOneDatabaseSeeEachOthersCommits", testTwoStores},
+		{"AnUpdateThatLosesASerializationConflictRunsAgain", testConflictRunsAgain},
+		{"AnOpenOfAnotherSchemaVersionIsRefusedInOneLine", testSchemaVersionRefused},
+		{"ServersCreatingTheSchemaAtOnceAllSucceed", testConcurrentSchemaCreation},
+		{"SchemasOfOneDatabaseAreSeparate", testSchemasAreSeparate},
+		{"ErrorsNameTheDatabaseAndNotThePassword", testErrorsNameTheDatabase},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.test(t, srv, srv.NewDatabase(t)) })
+	}
+}
+
+func testTwoStores(t *testing.T, srv *pgtest.Server, url string) {
+	a, b := open(t, url, "bucketfs"), open(t, url, "bucketfs")
+	kvtest.Set(t, a, "from-a", "1")
+	if got := kvtest.ViewGet(t, b, "from-a"); got != "1" {
+		t.Errorf("server b reads %q for server a's commit, want 1", got)
+	}
+	kvtest.Set(t, b, "from-a", "2")
+	if got := kvtest.ViewGet(t, a, "from-a"); got != "2" {
+		t.Errorf("server a reads %q after server b's commit, want 2", got)
+	}
+}
+
+// Update A reads k; Update B (another server) overwrites k and commits;
+// A's write of k then fails to serialize, and A runs fn again, reading B's
+// value this time.
+func testConflictRunsAgain(t *testing.T, srv *pgtest.Server, url string) {
+	a, b := open(t, url, "bucketfs"), open(t, url, "bucketfs")
+	kvtest.Set(t, a, "k", "0")
+	runs := 0
+	var seen []string
+	err := a.Update(context.Background(), func(tx kv.Txn) error {
+		runs++
+		v, err := tx.Get([]byte("k"))
+		if err != nil {
+			return err
+		}
+		seen = append(seen, string(v))
+		if runs == 1 {
+			kvtest.Set(t, b, "k", "b")
+		}
+		return tx.Set([]byte("k"), append(v, 'a'))
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if runs != 2 || fmt.Sprint(seen) != "[0 b]" {
+		t.Errorf("fn ran %d times reading %v; want twice, reading 0 then b", runs, seen)
+	}
+	if got := kvtest.ViewGet(t, a, "k"); got != "ba" {
+		t.Errorf("k = %q, want ba (b's write, then the second run's)", got)
+	}
+}
+
+func testSchemaVersionRefused(t *testing.T, srv *pgtest.Server, url string) {
+	s := open(t, url, "bucketfs")
+	kvtest.Set(t, s, "k", "v")
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "UPDATE bucketfs.schema_version SET version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(context.Background(), url, Options{})
+	want := fmt.Sprintf("database schema bucketfs is version 99; this bucketfs needs %d", SchemaVersion)
+	if err == nil || !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Open of a version 99 schema = %v; want one line ending %q", err, want)
+	}
+	if !strings.HasPrefix(err.Error(), "postgres "+srv.Addr()+"/") {
+		t.Errorf("the error does not name the database: %v", err)
+	}
+}
+
+func testConcurrentSchemaCreation(t *testing.T, srv *pgtest.Server, url string) {
+	const servers = 6
+	var wg sync.WaitGroup
+	stores := make([]kv.Store, servers)
+	errs := make([]error, servers)
+	for i := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = Open(context.Background(), url, Options{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("server %d: Open: %v", i, err)
+			continue
+		}
+		defer stores[i].Close()
+	}
+	if t.Failed() {
+		return
+	}
+	kvtest.Set(t, stores[0], "k", "v")
+	if got := kvtest.ViewGet(t, stores[servers-1], "k"); got != "v" {
+		t.Errorf("the servers do not share one table: Get = %q", got)
+	}
+}
+
+func testSchemasAreSeparate(t *testing.T, srv *pgtest.Server, url string) {
+	a, b := open(t, url, "fs_a"), open(t, url, "fs_b")
+	kvtest.Set(t, a, "k", "a")
+	if got := kvtest.ViewGet(t, b, "k"); got != "<none>" {
+		t.Errorf("schema fs_b sees fs_a's key: %q", got)
+	}
+	if _, err := Open(context.Background(), url, Options{Schema: "no-dash"}); err == nil {
+		t.Errorf("a schema name that is not an identifier was accepted")
+	}
+}
+
+func testErrorsNameTheDatabase(t *testing.T, srv *pgtest.Server, url string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wrong := strings.Replace(url, pgtest.Password, "not-the-"+pgtest.Password, 1)
+	_, err := Open(ctx, wrong, Options{})
+	if err == nil {
+		t.Fatal("Open with a wrong password succeeded")
+	}
+	if !strings.HasPrefix(err.Error(), "postgres "+srv.Addr()+"/test") || strings.Contains(err.Error(), pgtest.Password) {
+		t.Errorf("error = %q; want it to start with the database's name and not hold the password", err)
+	}
+	_, err = Open(ctx, "postgres://u:secret-in-url@[::1", Options{})
+	if err == nil || strings.Contains(err.Error(), "secret-in-url") {
+		t.Errorf("a URL that does not parse: error %v; want one without the password", err)
+	}
+}
+
+// Restarting the server between Updates: the next Update reconnects and
+// succeeds; while the server is down an Update fails when its context
+// ends, and writes nothing.
+func TestAnUpdateAfterARestartReconnectsAndAnUpdateWhileDownFailsAtItsDeadline(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, srv.NewDatabase(t), "bucketfs")
+	increment := func(ctx context.Context) error {
+		return s.Update(ctx, func(tx kv.Txn) error {
+			v, err := tx.Get([]byte("n"))
+			if err != nil && !errors.Is(err, kv.ErrNotFound) {
+				return err
+			}
+			return tx.Set([]byte("n"), append(v, '+'))
+		})
+	}
+	long, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := increment(long); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	if got := kvtest.ViewGet(t, s, "n"); got != "+" {
+		t.Errorf("a View after the restart reads n = %q, want +", got)
+	}
+	if err := increment(long); err != nil {
+		t.Fatalf("Update after a restart: %v", err)
+	}
+	srv.Stop()
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	err := increment(short)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kv.ErrUnknownOutcome) {
+		t.Errorf("Update while the server is down = %v; want the deadline, and a known outcome", err)
+	}
+	srv.Start()
+	if err := increment(long); err != nil {
+		t.Fatalf("Update after the server came back: %v", err)
+	}
+	if got := kvtest.ViewGet(t, s, "n"); got != "+++" {
+		t.Errorf("n = %q, want the three Updates that returned nil (+++)", got)
+	}
+}
+
+// kill -9 of the server during a stream of Updates from several
+// goroutines: after the restart every Update that returned nil is there,
+// and none that failed with a known outcome is.
+func TestEveryAcknowledgedUpdateSurvivesAKillOfTheServer(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	s := open(t, url, "bucketfs")
+	const writers = 4
+	var acked atomic.Int64
+	type outcome struct {
+		key     string
+		err     error
+		unknown bool
+	}
+	results := make([][]outcome, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				key := fmt.Sprintf("w%d/%06d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				err := s.Update(ctx, func(tx kv.Txn) error {
+					if _, err := tx.Get([]byte(fmt.Sprintf("w%d/last", w))); err != nil && !errors.Is(err, kv.ErrNotFound) {
+						return err
+					}
+					tx.Set([]byte(fmt.Sprintf("w%d/last", w)), []byte(key))
+					return tx.Set([]byte(key), []byte("v"))
+				})
+				cancel()
+				results[w] = append(results[w], outcome{key, err, errors.Is(err, kv.ErrUnknownOutcome)})
+				if err != nil {
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for acked.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling the writers' progress
+	}
+	srv.Kill()
+	wg.Wait()
+	srv.Start()
+	after := open(t, url, "bucketfs")
+	total := 0
+	after.View(context.Background(), func(r kv.Reader) error {
+		for w := range writers {
+			for _, o := range results[w] {
+				_, err := r.Get([]byte(o.key))
+				switch {
+				case o.err == nil && err != nil:
+					t.Errorf("%s: acknowledged, then lost in the kill (%v)", o.key, err)
+				case o.err != nil && !o.unknown && err == nil:
+					t.Errorf("%s: failed with %v, yet it committed", o.key, o.err)
+				case o.err == nil:
+					total++
+				}
+			}
+		}
+		return nil
+	})
+	if total < 200 {
+		t.Errorf("only %d Updates acknowledged before the kill; want 200 or more", total)
+	}
+}
+
+// With AsyncCommit, Updates are durable at Sync: a kill -9 of the server
+// right after a Sync keeps every Update committed before it, also those of
+// another server that the syncing one saw.
+func TestWithAsyncCommitASyncKeepsEveryCommitSeenBeforeItThroughAKill(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	a := openWith(t, url, Options{AsyncCommit: true})
+	b := openWith(t, url, Options{AsyncCommit: true})
+	ctx := context.Background()
+	const n = 100
+	key := func(i int) string { return fmt.Sprintf("k%03d", i) }
+	for i := range n {
+		kvtest.Set(t, a, key(i), "v")
+	}
+	if got := kvtest.ViewGet(t, b, key(n-1)); got != "v" {
+		t.Fatalf("server b does not see server a's last commit: %q", got)
+	}
+	if err := b.Sync(ctx); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	srv.Kill()
+	srv.Start()
+	after := open(t, url, "bucketfs")
+	after.View(ctx, func(r kv.Reader) error {
+		for i := range n {
+			if got := kvtest.Get(t, r, key(i)); got != "v" {
+				t.Errorf("%s, committed by server a and seen by server b before its Sync, lost in the kill: %q", key(i), got)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,283 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"bucketfs/internal/kv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// reader reads the store inside one transaction on one connection. The
+// transaction begins with the first read, whose BEGIN travels in the same
+// round trip. It is the Reader of a View, the committed side of an Update,
+// and the connection of a Snapshot.
+type reader struct {
+	s     *Store
+	ctx   context.Context
+	pc    *pgxpool.Conn // the connection, from the pool; see release
+	begin string        // BEGIN with the transaction's isolation level
+	begun bool
+}
+
+// errNoConnection is the error of a read after the reader lost its
+// connection and could not get another.
+var errNoConnection = errors.New("no connection to the database")
+
+// endTimeout bounds the COMMIT or ROLLBACK that ends a transaction whose
+// context has ended, so that a server that stopped answering cannot hold a
+// caller for ever.
+const endTimeout = 10 * time.Second
+
+// newReader takes a connection from the pool for a transaction begun with
+// begin.
+func (s *Store) newReader(ctx context.Context, begin string) (*reader, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &reader{s: s, ctx: ctx, pc: pc, begin: begin}, nil
+}
+
+func (r *reader) conn() *pgx.Conn { return r.pc.Conn() }
+
+// closed reports whether the reader has lost its connection (or failed to
+// get another one).
+func (r *reader) closed() bool { return r.pc == nil || r.pc.Conn().IsClosed() }
+
+// release gives the connection back to the pool, which closes it if it
+// is broken or still in a transaction.
+func (r *reader) release() {
+	if r.pc != nil {
+		r.pc.Release()
+		r.pc = nil
+	}
+}
+
+// read runs one query (after BEGIN, when the transaction has not begun)
+// and calls each for every row. Row values are valid only during each.
+//
+// A pooled connection may have died since its last use (the server
+// restarted) without the pool knowing. When the first read of a
+// transaction finds its connection closed, nothing has been read or
+// written yet, so read takes another connection and tries again; when
+// connecting itself fails, the error is returned.
+func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
+	if r.pc == nil {
+		return errNoConnection
+	}
+	for tries := 0; ; tries++ {
+		err := r.readOnce(ctx, each, sql, args...)
+		if err == nil || r.begun || !r.closed() || ctx.Err() != nil || tries > int(r.s.opt.MaxConns) {
+			return err
+		}
+		r.release()
+		if r.pc, err = r.s.pool.Acquire(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *reader) readOnce(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
+	var rows pgx.Rows
+	var br pgx.BatchResults
+	if r.begun {
+		var err error
+		if rows, err = r.conn().Query(ctx, sql, args...); err != nil {
+			return err
+		}
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(r.begin)
+		b.Queue(sql, args...)
+		br = r.conn().SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		r.begun = true
+		var err error
+		if rows, err = br.Query(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	var err error
+	for rows.Next() {
+		if err = each(rows); err != nil {
+			break
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if br != nil {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// end closes the transaction, if one began: COMMIT, so that a
+// SERIALIZABLE one is checked too. The caller releases the connection.
+func (r *reader) end() error {
+	if !r.begun || r.closed() {
+		return nil
+	}
+	r.begun = false
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), endTimeout)
+	defer cancel()
+	_, err := r.conn().Exec(ctx, "COMMIT")
+	return err
+}
+
+// get returns a copy of the committed value of key.
+func (r *reader) get(key []byte) ([]byte, error) {
+	var v []byte
+	found := false
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		found = true
+		v = bytes.Clone(rows.RawValues()[0])
+		if v == nil {
+			v = []byte{}
+		}
+		return nil
+	}, r.s.sql.get, key)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, kv.ErrNotFound
+	}
+	return v, nil
+}
+
+// page is one read of a Scan: keys and values in order, copied.
+type page struct {
+	keys, vals [][]byte
+}
+
+// scanPage reads up to limit committed rows from lower (or after it, when
+// after is set) to upper (nil: no bound).
+func (r *reader) scanPage(lower []byte, after bool, upper []byte, limit int) (page, error) {
+	var p page
+	if lower == nil {
+		lower = []byte{}
+	}
+	sql, args := r.s.sql.scanFrom, []any{lower, limit}
+	switch {
+	case after && upper != nil:
+		sql = r.s.sql.scanAfterTo
+	case after:
+		sql = r.s.sql.scanAfter
+	case upper != nil:
+		sql = r.s.sql.scanFromTo
+	}
+	if upper != nil {
+		args = append(args, upper)
+	}
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		raw := rows.RawValues()
+		v := bytes.Clone(raw[1])
+		if v == nil {
+			v = []byte{}
+		}
+		p.keys = append(p.keys, bytes.Clone(raw[0]))
+		p.vals = append(p.vals, v)
+		return nil
+	}, sql, args...)
+	return p, err
+}
+
+// pages calls fn for every committed row in [lower, upper), reading pages
+// that grow from 64 rows to ScanPage, until fn returns false. lock, when
+// not nil, is held during each read but not while fn runs.
+func (r *reader) pages(lower, upper []byte, lock sync.Locker, fn func(k, v []byte) bool) error {
+	if upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	limit, after := min(64, r.s.opt.ScanPage), false
+	for {
+		if lock != nil {
+			lock.Lock()
+		}
+		p, err := r.scanPage(lower, after, upper, limit)
+		if lock != nil {
+			lock.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+		for i := range p.keys {
+			if !fn(p.keys[i], p.vals[i]) {
+				return nil
+			}
+		}
+		if len(p.keys) < limit {
+			return nil
+		}
+		lower, after = p.keys[len(p.keys)-1], true
+		limit = min(2*limit, r.s.opt.ScanPage)
+	}
+}
+
+// Get implements kv.Reader for a View.
+func (r *reader) Get(key []byte) ([]byte, error) {
+	v, err := r.get(key)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return nil, fmt.Errorf("%s: get: %w", r.s.name, err)
+	}
+	return v, err
+}
+
+// Scan implements kv.Reader for a View.
+func (r *reader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	if err := r.pages(lower, upper, nil, fn); err != nil {
+		return fmt.Errorf("%s: scan: %w", r.s.name, err)
+	}
+	return nil
+}
+
+// snapshot is a kv.Snapshot: a reader whose reads take turns.
+type snapshot struct {
+	mu     sync.Mutex // held by each read on the connection
+	r      *reader
+	closed bool
+}
+
+func (s *snapshot) Get(key []byte) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.Get(key)
+}
+
+func (s *snapshot) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	if err := s.r.pages(lower, upper, &s.mu, fn); err != nil {
+		return fmt.Errorf("%s: scan: %w", s.r.s.name, err)
+	}
+	return nil
+}
+
+// Close ends the snapshot's transaction and gives its connection back.
+func (s *snapshot) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.r.end()
+	s.r.release()
+	if err != nil {
+		return fmt.Errorf("%s: close snapshot: %w", s.r.s.name, err)
+	}
+	return nil
+}
