@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // twoLoggingServers opens two Stores with the change log on one kv store, as two
 // servers sharing a database are; now is both servers' clock.
 func twoLoggingServers(t *testing.T, now *time.Time) (a, b *Store) {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // accessLog records, while on, the keys the Updates of one Store read
@@ -173,7 +174,7 @@ func (t recordingTxn) DeleteRange(lower, upper []byte) error {
 // system on one database (the change log on), each recording its Updates.
 func twoServers(t *testing.T) (a, b *Store, la, lb *accessLog) {
 	t.Helper()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

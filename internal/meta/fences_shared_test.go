@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // observe opens an observation of dir on s, as an importer does before
@@ -428,7 +429,7 @@ func (w *writeRecorder) taken() map[string]bool {
 // two directories do not conflict on them.
 func TestFenceRecordsOfDifferentDirectoriesShareNoKey(t *testing.T) {
 	ctx := context.Background()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

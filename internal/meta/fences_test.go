@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // Issue 21, corner 6 (see fences.go): an import resting on an observation
@@ -125,7 +126,7 @@ func TestObjectsOfOurOwnRemovalsAreNoEvidenceOfADirectory(t *testing.T) {
 func TestATombstoneIsTrimmedOnlyWhenNoObservationOlderThanItCanServeAnImport(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

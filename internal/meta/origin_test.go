@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 )
 
 // A namespace opens only for the bucket and prefix it was made for: one
@@ -15,7 +15,7 @@ import (
 // another bucket or prefix is refused with a message naming both.
 func TestANamespaceIsRefusedForAnotherBucketOrPrefix(t *testing.T) {
 	ctx := context.Background()
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"bucketfs/internal/kv"
+	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
 )
@@ -26,7 +26,7 @@ import (
 func newTwoServerHeldEnv(t *testing.T) *heldEnv {
 	t.Helper()
 	h := newHeldEnv(t) // for its bucket, proxy and clients
-	db, err := kv.OpenPebble(t.TempDir(), kv.PebbleOptions{})
+	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
