@@ -56,9 +56,15 @@
 //
 //   - Values returned by Reader.Get are copies the caller owns. Keys and values
 //     passed to a Scan callback are valid only during that call.
-//   - fn may run again only if the caller calls Update again; Update never
-//     retries on its own, so fn may have side effects outside the store, but
-//     those are not rolled back on error.
+//   - fn may run more than once: a backend whose commit can fail for a
+//     reason a new try cures (PostgreSQL's serialization failures) runs it
+//     again on a fresh transaction, and only the last run's writes are
+//     committed (Pebble runs it once). So fn's effects outside the store
+//     must be safe to repeat: set results in variables that the last run
+//     overwrites (reset them at the start of fn), and do side effects
+//     after Update returns nil, or make them idempotent. Nothing outside
+//     the store is rolled back on error. Package kvreplay runs every fn
+//     twice, for tests that check this.
 //   - A Reader or Txn must not be used after its View or Update returns, nor
 //     from more than one goroutine.
 //   - Never call Update from inside another Update or View fn of the same

@@ -65,6 +65,10 @@ type Store interface {
 	// writes are committed atomically; otherwise nothing is written and fn's
 	// error is returned unchanged. Commits are visible at once but durable
 	// only after Sync.
+	//
+	// fn may run more than once, each time on a fresh transaction; only the
+	// last run commits. What fn does outside the store must be safe to
+	// repeat (see "Rules for callers" in the package doc).
 	Update(ctx context.Context, fn func(tx Txn) error) error
 
 	// UpdateSized is Update for a transaction expected to write about size

@@ -49,6 +49,14 @@ import (
 // live in this process only, so the records are kept in memory, and only
 // while an observation older than them is open (Observation.End drops
 // the rest).
+//
+// A record is made inside its transaction, before the commit, so that no
+// import that commits after the removal misses it; kv may run that
+// transaction's fn more than once, and each run records again. A record
+// of a run that did not commit stands for a removal that did not happen
+// (or happened later, with a later number): it can only refuse an import,
+// and a refused import is no loss (above). Records never let an import
+// through, so a repeated or spurious one is harmless.
 type fences struct {
 	mu      sync.Mutex
 	seq     uint64         // the last number handed out

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 )
 
 // A file system made before lost+found was shared has it 0700: the first
@@ -22,6 +23,7 @@ func TestAnOldPrivateLostFoundIsSharedOnceAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: d})
 		if err != nil {
 			db.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 )
 
 func openStoreB(b *testing.B) *Store {
@@ -31,6 +32,7 @@ func openStore(t *testing.T, dir string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	s, err := Open(context.Background(), db, Options{ExportDelay: time.Minute})
 	if err != nil {
@@ -66,6 +68,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			db = kvreplay.FromEnv(t, db)
 			t.Cleanup(func() { db.Close() })
 			ctx := context.Background()
 			s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: tc.defaults})
@@ -109,6 +112,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: &d})
 		if err != nil {
 			db.Close()
@@ -194,6 +198,7 @@ func TestInodeNumbersSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -436,6 +441,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -478,6 +484,7 @@ func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -573,6 +580,7 @@ func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	s, err := Open(context.Background(), db, Options{ExportDelay: delay, Now: func() time.Time { return *now }})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 )
 
 func TestASecretIsMadeOnceAndOutlivesARestart(t *testing.T) {
@@ -17,6 +18,7 @@ func TestASecretIsMadeOnceAndOutlivesARestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute})
 		if err != nil {
 			db.Close()
