@@ -29,6 +29,9 @@ func listenerConfig(t *testing.T) Config {
 // startEngine opens and starts an engine.
 func startEngine(t *testing.T, cfg Config) *Engine {
 	t.Helper()
+	if cfg.WrapKV == nil {
+		cfg.WrapKV = replayFromEnv(t)
+	}
 	e, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
