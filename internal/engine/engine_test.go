@@ -147,7 +147,7 @@ func TestStatusOfAStoppedFileSystemReadsTheQueue(t *testing.T) {
 	srv, name := s3test.NewBucket(t)
 	dir := t.TempDir()
 	cfg := Config{StateDir: dir, Bucket: name, Endpoint: srv.Endpoint, AccessKey: srv.AccessKey,
-		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1}
+		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1, WrapKV: replayFromEnv(t)}
 	e, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
