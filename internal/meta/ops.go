@@ -62,7 +62,12 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, 
 
 // Check is called inside a transaction with the current state of the
 // inodes an operation touches, so that permission checks see exactly what
-// the operation changes. A non-nil error aborts the operation.
+// the operation changes. A non-nil error aborts the operation. Like every
+// function this package calls inside a transaction (the fn of Update,
+// WriteData, ResizeData, Synced; the checks of Create, Link, Remove,
+// Rename and SetXattr), it may be called more than once for one
+// operation, as kv may run the transaction again: it must change nothing
+// but the inodes it is given, and set any result of its own afresh.
 type Check func(parent, child *Inode) error
 
 // Create makes a new inode from tmpl (Mode, Uid, Gid, Rdev, Target, Size,
