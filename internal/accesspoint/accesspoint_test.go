@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
@@ -99,6 +100,7 @@ func newFS(t *testing.T) *vfs.FS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	m, err := meta.Open(context.Background(), db, meta.Options{ExportDelay: time.Minute})
 	if err != nil {

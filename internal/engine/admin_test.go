@@ -23,12 +23,16 @@ func listenerConfig(t *testing.T) Config {
 	srv, name := s3test.NewBucket(t)
 	return Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetricsListen: "127.0.0.1:0"}
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetricsListen: "127.0.0.1:0",
+		WrapKV: replayFromEnv(t)}
 }
 
 // startEngine opens and starts an engine.
 func startEngine(t *testing.T, cfg Config) *Engine {
 	t.Helper()
+	if cfg.WrapKV == nil {
+		cfg.WrapKV = replayFromEnv(t)
+	}
 	e, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

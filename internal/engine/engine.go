@@ -108,6 +108,11 @@ type Config struct {
 	// tests pass Pebble's crashable in-memory file system, which can drop
 	// every write not synced.
 	MetaFS pebblevfs.FS
+	// WrapKV, if set, wraps the metadata store before anything uses it.
+	// Tests pass package kvreplay's wrapper, which runs every
+	// transaction's fn twice, to check that the engine keeps kv's rule
+	// that fn may run more than once.
+	WrapKV func(kv.Store) kv.Store
 
 	// Shared says other servers use the same metadata store: each
 	// transaction is recorded in the change log and this server follows
@@ -244,6 +249,9 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	}
 	if e.KV, err = kvpebble.Open(filepath.Join(cfg.StateDir, "meta"), kvpebble.Options{FS: cfg.MetaFS}); err != nil {
 		return nil, err
+	}
+	if cfg.WrapKV != nil {
+		e.KV = cfg.WrapKV(e.KV)
 	}
 	kept := func(ino meta.Ino, name string) {
 		if e.Importer != nil { // set before the file system serves

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"bucketfs/internal/bucket"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
@@ -26,12 +28,18 @@ func openEngine(t *testing.T) *Engine {
 	srv, name := s3test.NewBucket(t)
 	e, err := Open(context.Background(), Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1})
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, WrapKV: replayFromEnv(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// replayFromEnv is the Config.WrapKV of the tests' engines: kvreplay's
+// wrapper when BUCKETFS_KV_REPLAY asks for it (see kvreplay.FromEnv).
+func replayFromEnv(t *testing.T) func(kv.Store) kv.Store {
+	return func(db kv.Store) kv.Store { return kvreplay.FromEnv(t, db) }
 }
 
 // metric scrapes /metrics and returns the value of the series named by
@@ -139,7 +147,7 @@ func TestStatusOfAStoppedFileSystemReadsTheQueue(t *testing.T) {
 	srv, name := s3test.NewBucket(t)
 	dir := t.TempDir()
 	cfg := Config{StateDir: dir, Bucket: name, Endpoint: srv.Endpoint, AccessKey: srv.AccessKey,
-		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1}
+		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1, WrapKV: replayFromEnv(t)}
 	e, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

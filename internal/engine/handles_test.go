@@ -18,7 +18,7 @@ func openEngineCfg(t *testing.T, mod func(*Config)) *Engine {
 	srv, name := s3test.NewBucket(t)
 	cfg := Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1}
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, WrapKV: replayFromEnv(t)}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -303,7 +303,7 @@ func crashableConfig(t *testing.T, mem *pebblevfs.MemFS) Config {
 	srv, bucketName := s3test.NewBucket(t)
 	return Config{StateDir: t.TempDir(), Bucket: bucketName, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetaFS: mem}
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, MetaFS: mem, WrapKV: replayFromEnv(t)}
 }
 
 // plCase runs one workload, crashes, restarts and checks.

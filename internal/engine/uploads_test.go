@@ -22,7 +22,7 @@ func TestOpenAbortsTheMultipartUploadsACrashLeftInTheJournal(t *testing.T) {
 	var log bytes.Buffer
 	cfg := Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint, AccessKey: srv.AccessKey,
 		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))}
+		Logger: slog.New(slog.NewTextHandler(&log, nil)), WrapKV: replayFromEnv(t)}
 	ctx := context.Background()
 	e, err := Open(ctx, cfg)
 	if err != nil {

@@ -42,11 +42,15 @@
 //
 //   - Values returned by Reader.Get are copies the caller owns. Keys and values
 //     passed to a Scan callback are valid only during that call.
-//   - fn may run more than once: a backend with optimistic concurrency
-//     (PostgreSQL) runs it again when its transaction conflicts with another
-//     one, and only the last run's writes commit. Effects outside the store
-//     (memory, files, the bucket, channels) must be safe to repeat, and fn
-//     must compute everything it writes from what it reads in that run.
+//   - fn may run more than once: a backend whose commit can fail for a
+//     reason a new try cures (PostgreSQL's serialization failures) runs it
+//     again on a fresh transaction, and only the last run's writes are
+//     committed (Pebble runs it once). So fn's effects outside the store
+//     must be safe to repeat: set results in variables that the last run
+//     overwrites (reset them at the start of fn), and do side effects
+//     after Update returns nil, or make them idempotent. Nothing outside
+//     the store is rolled back on error. Package kvreplay runs every fn
+//     twice, for tests that check this.
 //   - An Update whose commit outcome cannot be known (the connection to the
 //     database broke while the commit was under way) fails with an error
 //     matching [ErrUnknownOutcome]: its writes may or may not have

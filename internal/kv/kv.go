@@ -73,11 +73,11 @@ type Store interface {
 	// error is returned unchanged. Commits are visible at once but durable
 	// only after Sync.
 	//
-	// fn may run more than once: a backend runs it again when the
-	// transaction conflicted with another one (only the last run's writes
-	// commit), so effects outside the store must be safe to repeat. An
-	// error matching ErrUnknownOutcome means the writes may or may not have
-	// committed.
+	// fn may run more than once, each time on a fresh transaction; only the
+	// last run commits. What fn does outside the store must be safe to
+	// repeat (see "Rules for callers" in the package doc).
+	// An error matching ErrUnknownOutcome means the writes may or may not
+	// have committed.
 	Update(ctx context.Context, fn func(tx Txn) error) error
 
 	// UpdateSized is Update for a transaction expected to write about size

@@ -141,7 +141,9 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 	}
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
+	var kept keptFile
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
+		kept = keptFile{}
 		if in, err = s.regularFile(tx, ino); err != nil {
 			return err
 		}
@@ -174,11 +176,12 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 			due = due.Add(PieceGrace)
 			in.UnfinishedWrite = at.UnixNano()
 		}
-		return s.markChangedUntil(tx, &in, DataChange, due)
+		return s.markChangedUntil(tx, &in, DataChange, due, &kept)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
 	}
+	s.reportKept(kept)
 	return in, nil
 }
 
@@ -331,7 +334,9 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 	if size < 0 {
 		return Inode{}, syscall.EINVAL
 	}
+	var kept keptFile
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		kept = keptFile{}
 		if in, err = s.regularFile(tx, ino); err != nil {
 			return err
 		}
@@ -350,18 +355,21 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 		if fn != nil {
 			fn(&in)
 		}
-		return s.markChanged(tx, &in, DataChange, s.now())
+		return s.markChanged(tx, &in, DataChange, s.now(), &kept)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("resize inode %d to %d: %w", ino, size, err)
 	}
+	s.reportKept(kept)
 	return in, nil
 }
 
 // PunchData makes [off, off+n) of the file read as zeros, without changing
 // its size; now is the new mtime and ctime.
 func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error {
+	var kept keptFile
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		kept = keptFile{}
 		in, err := s.regularFile(tx, ino)
 		if err != nil {
 			return err
@@ -376,11 +384,12 @@ func (s *Store) PunchData(ctx context.Context, ino Ino, off, n, now int64) error
 		}
 		in.hold(delta)
 		in.Mtime, in.Ctime = now, now
-		return s.markChanged(tx, &in, DataChange, s.now())
+		return s.markChanged(tx, &in, DataChange, s.now(), &kept)
 	})
 	if err != nil {
 		return fmt.Errorf("punch inode %d [%d,+%d): %w", ino, off, n, err)
 	}
+	s.reportKept(kept)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 )
 
@@ -23,6 +24,7 @@ func TestAnOldPrivateLostFoundIsSharedOnceAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: d})
 		if err != nil {
 			db.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 )
 
@@ -32,6 +33,7 @@ func openStore(t *testing.T, dir string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	s, err := Open(context.Background(), db, Options{ExportDelay: time.Minute})
 	if err != nil {
@@ -67,6 +69,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			db = kvreplay.FromEnv(t, db)
 			t.Cleanup(func() { db.Close() })
 			ctx := context.Background()
 			s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: tc.defaults})
@@ -110,6 +113,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Defaults: &d})
 		if err != nil {
 			db.Close()
@@ -195,6 +199,7 @@ func TestInodeNumbersSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -437,6 +442,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -479,6 +485,7 @@ func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	ctx := context.Background()
 	s, err := Open(ctx, db, Options{})
 	if err != nil {
@@ -574,6 +581,7 @@ func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	s, err := Open(context.Background(), db, Options{ExportDelay: delay, Now: func() time.Time { return *now }})
 	if err != nil {

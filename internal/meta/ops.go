@@ -62,12 +62,20 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, 
 
 // Check is called inside a transaction with the current state of the
 // inodes an operation touches, so that permission checks see exactly what
-// the operation changes. A non-nil error aborts the operation.
+// the operation changes. A non-nil error aborts the operation. Like every
+// function this package calls inside a transaction (the fn of Update,
+// WriteData, ResizeData, Synced; the checks of Create, Link, Remove,
+// Rename and SetXattr), it may be called more than once for one
+// operation, as kv may run the transaction again: it must change nothing
+// but the inodes it is given, and set any result of its own afresh.
 type Check func(parent, child *Inode) error
 
 // Create makes a new inode from tmpl (Mode, Uid, Gid, Rdev, Target, Size,
 // Flags are used) under the name name in parent. It fails with EEXIST when
-// the name is taken. check, if non-nil, sees the parent and the new inode.
+// the name is taken. check, if non-nil, sees the parent and the new inode,
+// which it may change (a set-group-id parent's group): each run of the
+// transaction hands it a fresh copy of tmpl, so a run that did not commit
+// leaves nothing behind.
 func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
 	if err := s.reserveInos(ctx, 1); err != nil {
 		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
@@ -77,12 +85,13 @@ func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode,
 		if err != nil {
 			return err
 		}
+		child := tmpl
 		if check != nil {
-			if err := check(&p, &tmpl); err != nil {
+			if err := check(&p, &child); err != nil {
 				return err
 			}
 		}
-		in, err = s.createIn(tx, &p, name, tmpl)
+		in, err = s.createIn(tx, &p, name, child)
 		return err
 	})
 	if err != nil {
@@ -175,7 +184,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, ch
 		in.Flags &^= DeletedInBucket
 		in.Ctime = now.UnixNano()
 		p.Mtime, p.Ctime = in.Ctime, in.Ctime
-		if err := s.markChanged(tx, &in, NoChange, now); err != nil {
+		if err := s.markChanged(tx, &in, NoChange, now, nil); err != nil {
 			return err
 		}
 		if err := s.putInode(tx, &p); err != nil {
@@ -255,7 +264,7 @@ func (s *Store) unlink(tx kv.Txn, p *Inode, name string, in *Inode, dir bool) er
 	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
 		return err
 	}
-	return s.markChanged(tx, in, NoChange, now)
+	return s.markChanged(tx, in, NoChange, now, nil)
 }
 
 func isEmpty(r kv.Reader, dir Ino) (bool, error) {
@@ -268,23 +277,41 @@ func isEmpty(r kv.Reader, dir Ino) (bool, error) {
 	return empty, err
 }
 
+// keptFile is a file that keepDeletedInBucket linked into lost+found in
+// a transaction, as name (empty: none). The operation reports it
+// (reportKept) after its transaction has committed, never from inside it:
+// kv may run a transaction's fn more than once, and only the run that
+// commits kept the file.
+type keptFile struct {
+	ino  Ino
+	name string
+}
+
+// reportKept tells Options.OnKeptInLostFound of k, if it names a file.
+func (s *Store) reportKept(k keptFile) {
+	if k.name != "" && s.onKept != nil {
+		s.onKept(k.ino, k.name)
+	}
+}
+
 // markChanged records a change of in, writes it, and schedules it for
-// export after the quiet period.
-func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time) error {
-	return s.markChangedUntil(tx, in, c, now.Add(s.exportDelay))
+// export after the quiet period. A change other than NoChange may keep in
+// in lost+found (keepDeletedInBucket): *kept says so, for the caller to
+// report once its transaction has committed; kept may be nil for
+// NoChange only.
+func (s *Store) markChanged(tx kv.Txn, in *Inode, c Change, now time.Time, kept *keptFile) error {
+	return s.markChangedUntil(tx, in, c, now.Add(s.exportDelay), kept)
 }
 
 // markChangedUntil is markChanged with the end of the quiet period given.
-func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time) error {
+func (s *Store) markChangedUntil(tx kv.Txn, in *Inode, c Change, due time.Time, kept *keptFile) error {
 	if c != NoChange && in.Nlink == 0 && in.Has(DeletedInBucket) {
 		now := s.now()
 		name, err := s.keepDeletedInBucket(tx, in, now)
 		if err != nil {
 			return err
 		}
-		if s.onKept != nil {
-			s.onKept(in.Ino, name)
-		}
+		*kept = keptFile{ino: in.Ino, name: name}
 	}
 	// A file-side change fixes the attributes the inode shows now: its
 	// export records them (see Defaults).
@@ -327,9 +354,13 @@ func (s *Store) restartQuietPeriod(tx kv.Txn, ino Ino, due time.Time) error {
 }
 
 // Update applies fn to the current inode in one transaction. fn says what it
-// changed; anything but NoChange schedules the inode for export.
+// changed; anything but NoChange schedules the inode for export. fn may run
+// more than once (see kv's rules for callers), each time on the inode as it
+// is then: it must only change the inode it is given.
 func (s *Store) Update(ctx context.Context, ino Ino, fn func(in *Inode) (Change, error)) (in Inode, err error) {
+	var kept keptFile
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		kept = keptFile{}
 		if in, err = s.getInode(tx, ino); err != nil {
 			return err
 		}
@@ -340,11 +371,12 @@ func (s *Store) Update(ctx context.Context, ino Ino, fn func(in *Inode) (Change,
 		if c == NoChange {
 			return s.putInode(tx, &in)
 		}
-		return s.markChanged(tx, &in, c, s.now())
+		return s.markChanged(tx, &in, c, s.now(), &kept)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("update inode %d: %w", ino, err)
 	}
+	s.reportKept(kept)
 	return in, nil
 }
 

@@ -146,7 +146,7 @@ func (s *Store) move(tx kv.Txn, op *Inode, oldName string, np *Inode, newName st
 	if err := s.putInode(tx, np); err != nil {
 		return err
 	}
-	return s.markChanged(tx, src, NoChange, now)
+	return s.markChanged(tx, src, NoChange, now, nil)
 }
 
 // exchange swaps the inodes named op/a and np/b.
@@ -185,8 +185,8 @@ func (s *Store) exchange(tx kv.Txn, op *Inode, a string, np *Inode, b string, x,
 	if err := s.putInode(tx, np); err != nil {
 		return err
 	}
-	if err := s.markChanged(tx, x, NoChange, now); err != nil {
+	if err := s.markChanged(tx, x, NoChange, now, nil); err != nil {
 		return err
 	}
-	return s.markChanged(tx, y, NoChange, now)
+	return s.markChanged(tx, y, NoChange, now, nil)
 }

@@ -22,6 +22,7 @@ func (s *Store) Secret(ctx context.Context, name string) ([]byte, error) {
 	var secret []byte
 	made := false
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		made = false // this run's, should an earlier run not have committed
 		v, err := tx.Get(key)
 		if err == nil {
 			if len(v) != secretSize {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 )
 
@@ -17,6 +18,7 @@ func TestASecretIsMadeOnceAndOutlivesARestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		db = kvreplay.FromEnv(t, db)
 		s, err := Open(ctx, db, Options{ExportDelay: time.Minute})
 		if err != nil {
 			db.Close()

@@ -73,7 +73,9 @@ type Options struct {
 	// OnKeptInLostFound, if set, is told of a file the bucket deleted
 	// while the file side held it open, linked into lost+found as name
 	// because the file side changed it afterwards (a conflict the bucket
-	// won). It is called inside the change's transaction.
+	// won). It is called once per file kept, after the change's
+	// transaction has committed (a transaction's fn may run more than
+	// once, see package kv), by the goroutine that made the change.
 	OnKeptInLostFound func(ino Ino, name string)
 	// Defaults are the owner and modes of what carries no attributes of
 	// its own (nil: StandardDefaults).

@@ -16,6 +16,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"bucketfs/internal/bucket"
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 	"bucketfs/internal/meta"
 )
@@ -46,6 +47,7 @@ func newMeta(t testing.TB) *meta.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	m, err := meta.Open(context.Background(), db, meta.Options{ExportDelay: time.Minute})
 	if err != nil {

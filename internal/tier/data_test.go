@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +20,7 @@ func openKV(t testing.TB) kv.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db = kvreplay.FromEnv(t, db)
 	t.Cleanup(func() { db.Close() })
 	return db
 }
@@ -119,69 +121,83 @@ func TestRandomEditsReadBackTheModelAndCountWhatTheyStore(t *testing.T) {
 			m.want, m.base, m.backed = nil, nil, 0
 		}
 		for step := 0; step < 60; step++ {
+			// The step is chosen, and the model changed, outside the
+			// transaction: its fn may run more than once (kvreplay).
 			size := int64(len(m.want))
-			var delta Bytes
+			var edit func(tx kv.Txn) (Bytes, error)
 			var op string
-			err := db.Update(context.Background(), func(tx kv.Txn) error {
-				var err error
-				switch rng.IntN(7) {
-				case 0, 1:
-					off := rng.Int64N(size + 2*BlockSize)
-					p := make([]byte, rng.IntN(3*BlockSize)+1)
-					for i := range p {
-						p[i] = byte(rng.IntN(256))
-					}
-					op = "write"
-					delta, err = Write(tx, ino, p, off, size, m.change())
-					if end := off + int64(len(p)); end > size {
-						m.want = append(m.want, make([]byte, end-size)...)
-					}
-					copy(m.want[off:], p)
-				case 2:
-					if size == 0 {
-						return nil
-					}
-					off := rng.Int64N(size)
-					n := min(rng.Int64N(2*BlockSize)+1, size-off)
-					op = "punch"
-					delta, err = Punch(tx, ino, off, n, m.backed, m.change())
-					clear(m.want[off : off+n])
-				case 3:
-					ns := rng.Int64N(size + BlockSize + 1)
-					op = "truncate"
-					if ns < size {
-						delta, err = Cut(tx, ino, ns, m.held, m.change())
-						m.want = m.want[:ns]
-						m.backed = min(m.backed, ns)
-					} else {
-						m.want = append(m.want, make([]byte, ns-size)...)
-					}
-				case 4:
-					if m.backed == 0 {
-						return nil
-					}
-					off := rng.Int64N(m.backed)
-					n := min(rng.Int64N(2*BlockSize)+1, int64(len(m.base))-off)
-					op = "fill"
-					delta, err = Fill(tx, ino, m.base[off:off+n], off, m.backed, m.st)
-				case 5:
-					// An export of the file as it is: the bucket holds
-					// it all, and no block is unexported.
-					op = "export"
-					m.base, m.backed = bytes.Clone(m.want), size
-					m.st.Exported = m.st.Gen
-					delta = Bytes{Dirty: -m.held.Dirty}
-				case 6:
-					op = "drop exported"
-					delta, err = DropExported(tx, ino, m.backed, m.st)
-					if delta.Dirty != 0 {
-						t.Fatalf("seed %d step %d: dropping exported blocks changes the unexported bytes by %d", seed, step, delta.Dirty)
-					}
+			switch rng.IntN(7) {
+			case 0, 1:
+				off := rng.Int64N(size + 2*BlockSize)
+				p := make([]byte, rng.IntN(3*BlockSize)+1)
+				for i := range p {
+					p[i] = byte(rng.IntN(256))
 				}
+				op = "write"
+				st := m.change()
+				edit = func(tx kv.Txn) (Bytes, error) { return Write(tx, ino, p, off, size, st) }
+				if end := off + int64(len(p)); end > size {
+					m.want = append(m.want, make([]byte, end-size)...)
+				}
+				copy(m.want[off:], p)
+			case 2:
+				if size == 0 {
+					continue
+				}
+				off := rng.Int64N(size)
+				n := min(rng.Int64N(2*BlockSize)+1, size-off)
+				op = "punch"
+				backed, st := m.backed, m.change()
+				edit = func(tx kv.Txn) (Bytes, error) { return Punch(tx, ino, off, n, backed, st) }
+				clear(m.want[off : off+n])
+			case 3:
+				ns := rng.Int64N(size + BlockSize + 1)
+				op = "truncate"
+				if ns < size {
+					held, st := m.held, m.change()
+					edit = func(tx kv.Txn) (Bytes, error) { return Cut(tx, ino, ns, held, st) }
+					m.want = m.want[:ns]
+					m.backed = min(m.backed, ns)
+				} else {
+					m.want = append(m.want, make([]byte, ns-size)...)
+				}
+			case 4:
+				if m.backed == 0 {
+					continue
+				}
+				off := rng.Int64N(m.backed)
+				n := min(rng.Int64N(2*BlockSize)+1, int64(len(m.base))-off)
+				op = "fill"
+				p, backed, st := m.base[off:off+n], m.backed, m.st
+				edit = func(tx kv.Txn) (Bytes, error) { return Fill(tx, ino, p, off, backed, st) }
+			case 5:
+				// An export of the file as it is: the bucket holds
+				// it all, and no block is unexported.
+				op = "export"
+				m.base, m.backed = bytes.Clone(m.want), size
+				m.st.Exported = m.st.Gen
+				d := Bytes{Dirty: -m.held.Dirty}
+				edit = func(kv.Txn) (Bytes, error) { return d, nil }
+			case 6:
+				op = "drop exported"
+				backed, st := m.backed, m.st
+				edit = func(tx kv.Txn) (Bytes, error) { return DropExported(tx, ino, backed, st) }
+			}
+			var delta Bytes
+			err := db.Update(context.Background(), func(tx kv.Txn) error {
+				if edit == nil {
+					delta = Bytes{}
+					return nil
+				}
+				var err error
+				delta, err = edit(tx)
 				return err
 			})
 			if err != nil {
 				t.Fatalf("seed %d step %d %s: %v", seed, step, op, err)
+			}
+			if op == "drop exported" && delta.Dirty != 0 {
+				t.Fatalf("seed %d step %d: dropping exported blocks changes the unexported bytes by %d", seed, step, delta.Dirty)
 			}
 			m.held = m.held.Add(delta)
 			if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
@@ -250,15 +266,17 @@ func TestAPunchCostsNothingAndLongEditsReadBack(t *testing.T) {
 	const ino, size = 5, 6 << 20
 	base := bytes.Repeat([]byte{7}, size)
 	m := &model{want: bytes.Clone(base), base: base, backed: size}
-	err := db.Update(context.Background(), func(tx kv.Txn) error {
-		d, err := Punch(tx, ino, 4096, 5<<20, size, m.change())
-		m.held = m.held.Add(d)
-		clear(m.want[4096 : 4096+5<<20])
+	var d Bytes
+	st := m.change()
+	err := db.Update(context.Background(), func(tx kv.Txn) (err error) {
+		d, err = Punch(tx, ino, 4096, 5<<20, size, st)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.held = m.held.Add(d)
+	clear(m.want[4096 : 4096+5<<20])
 	if m.held != (Bytes{}) {
 		t.Fatalf("a 5 MiB punch costs %+v bytes", m.held)
 	}
@@ -266,15 +284,16 @@ func TestAPunchCostsNothingAndLongEditsReadBack(t *testing.T) {
 		t.Fatal("the punched file reads wrong")
 	}
 	p := bytes.Repeat([]byte{9}, 5<<20+100)
-	err = db.Update(context.Background(), func(tx kv.Txn) error {
-		d, err := Write(tx, ino, p, 1000, size, m.change())
-		m.held = m.held.Add(d)
-		copy(m.want[1000:], p)
+	st = m.change()
+	err = db.Update(context.Background(), func(tx kv.Txn) (err error) {
+		d, err = Write(tx, ino, p, 1000, size, st)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.held = m.held.Add(d)
+	copy(m.want[1000:], p)
 	if got := readAll(t, db, ino, m); !bytes.Equal(got, m.want) {
 		t.Fatal("a 5 MiB write reads back wrong")
 	}

@@ -74,12 +74,11 @@ func clearSetIDOnChown(in *meta.Inode, c Cred) {
 // of the first piece also clears the file's set-id bits. cleared says
 // whether that changed the mode, which a client caching the file's
 // attributes does not expect from a write (a FUSE kernel keeps its cached
-// mode across one).
+// mode across one). The transaction's fn may run more than once (see
+// package kv): each run sets cleared, so the run that commits decides.
 func (h *Handle) WriteClearingSetID(ctx context.Context, c Cred, p []byte, off int64) (n int, cleared bool, err error) {
 	n, err = h.write(ctx, p, off, false, func(in *meta.Inode) {
-		if clearSetID(in, c) {
-			cleared = true
-		}
+		cleared = clearSetID(in, c)
 	})
 	return n, cleared, err
 }

@@ -18,6 +18,8 @@ import (
 
 	"bucketfs/internal/engine"
 	bfuse "bucketfs/internal/frontend/fuse"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
@@ -104,7 +106,8 @@ func newEnvMounted(t testing.TB, srv *s3local.Server, name string, mo bfuse.Opti
 	e := &env{t: t, srv: srv, bucket: name, stateDir: t.TempDir(), mnt: t.TempDir(), mount: mo}
 	e.cfg = engine.Config{StateDir: e.stateDir, Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: 100 * time.Millisecond, OpTimeout: 10 * time.Second}
+		ExportDelay: 100 * time.Millisecond, OpTimeout: 10 * time.Second,
+		WrapKV: func(db kv.Store) kv.Store { return kvreplay.FromEnv(t, db) }}
 	for _, o := range opts {
 		o(&e.cfg)
 	}

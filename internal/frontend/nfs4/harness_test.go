@@ -19,6 +19,8 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 
 	"bucketfs/internal/engine"
+	"bucketfs/internal/kv"
+	"bucketfs/internal/kv/kvreplay"
 	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
 )
@@ -47,7 +49,8 @@ func newEnv(t testing.TB, opts Options, cfgOpts ...func(*engine.Config)) *env {
 	e := &env{t: t, bucket: name, opts: opts}
 	e.cfg = engine.Config{StateDir: t.TempDir(), Bucket: name, Endpoint: st.Endpoint,
 		AccessKey: st.AccessKey, SecretKey: st.SecretKey, Region: st.Region,
-		ExportDelay: 50 * time.Millisecond, OpTimeout: 10 * time.Second, Logger: quietLogger}
+		ExportDelay: 50 * time.Millisecond, OpTimeout: 10 * time.Second, Logger: quietLogger,
+		WrapKV: func(db kv.Store) kv.Store { return kvreplay.FromEnv(t, db) }}
 	for _, o := range cfgOpts {
 		o(&e.cfg)
 	}
