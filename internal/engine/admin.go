@@ -56,9 +56,9 @@ func (e *Engine) SocketHandler() http.Handler {
 				http.Error(w, "bad ino", http.StatusBadRequest)
 				return
 			}
-			err = e.Exporter.FlushInode(r.Context(), meta.Ino(ino))
+			err = e.flush(r.Context(), meta.Ino(ino))
 		} else {
-			err = e.Exporter.Flush(r.Context())
+			err = e.flush(r.Context(), 0)
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)

@@ -42,6 +42,9 @@ import (
 //	f<dir>                      a directory's fence sequence (fences.go)
 //	g<dir><name>                a name removed from dir: its fence number (fences.go)
 //	G<object key>               a key whose record an export dropped: <dir><fence number> (fences.go)
+//	r<server id>                a running server: host, pid, addresses, heartbeat (servers.go)
+//	L<lease name>               a lease: holder, fencing token, renewals (lease.go)
+//	c/flush/asked, c/flush/done flushes asked of the lease holder, and done (servers.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
@@ -127,6 +130,8 @@ type Store struct {
 // so that two Stores open on one db (two servers sharing one database)
 // give out different numbers and write different cells.
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
+	// Transactions under a lease holder's fence check it (lease.go).
+	db = fencedKV{db}
 	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound,
 		defaults: StandardDefaults()}
 	if s.now == nil {
