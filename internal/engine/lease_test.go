@@ -40,15 +40,20 @@ func newCluster(t *testing.T) *cluster {
 }
 
 // open starts one more server of the cluster with the given lease time,
-// reaching the store at endpoint ("" for the store itself).
-func (c *cluster) open(t *testing.T, lease time.Duration, endpoint string) *Engine {
+// reaching the store at endpoint ("" for the store itself); opts change
+// its configuration.
+func (c *cluster) open(t *testing.T, lease time.Duration, endpoint string, opts ...func(*Config)) *Engine {
 	t.Helper()
 	if endpoint == "" {
 		endpoint = c.srv.Endpoint
 	}
-	e, err := Open(context.Background(), Config{StateDir: t.TempDir(), KV: c.db, LeaseTime: lease,
+	cfg := Config{StateDir: t.TempDir(), KV: c.db, Shared: true, LeaseTime: lease,
 		Bucket: c.bucket, Endpoint: endpoint, AccessKey: c.srv.AccessKey, SecretKey: c.srv.SecretKey, Region: c.srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, CheckpointInterval: -1})
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, CheckpointInterval: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +185,32 @@ func TestOnlyOneOfTwoServersHoldsTheSyncLeaseAtATime(t *testing.T) {
 	}
 }
 
+func TestOnlyTheLeaderPollsTheBucketAndAFollowerTakesThePollingOverWithTheLease(t *testing.T) {
+	c := newCluster(t)
+	lease := 400 * time.Millisecond
+	poll := func(cfg *Config) { cfg.PollInterval = 20 * time.Millisecond }
+	leader := c.open(t, lease, "", poll)
+	waitLeader(t, leader, 5*time.Second)
+	follower := c.open(t, lease, "", poll)
+	rounds := func(e *Engine, n int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for e.Importer.PollStats().Rounds < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("server %s polled %d times, want %d", e.ServerID(), e.Importer.PollStats().Rounds, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	rounds(leader, 5)
+	if n := follower.Importer.PollStats().Rounds; n != 0 {
+		t.Fatalf("the follower polled %d times while the other server held the lease", n)
+	}
+	leader.Close()
+	waitLeader(t, follower, 10*lease)
+	rounds(follower, 3)
+}
+
 func TestClosingTheLeaderHandsTheLeaseToTheOtherServerWithoutWaitingForItToExpire(t *testing.T) {
 	c := newCluster(t)
 	// A takeover after expiry would take at least the lease time; a
@@ -192,7 +223,6 @@ func TestClosingTheLeaderHandsTheLeaseToTheOtherServerWithoutWaitingForItToExpir
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	a.Close()
 	took := waitLeader(t, b, lease*3/4)
 	t.Logf("the other server held the lease %s after the leader's Close", took.Round(time.Millisecond))
@@ -210,7 +240,6 @@ func TestClosingTheLeaderHandsTheLeaseToTheOtherServerWithoutWaitingForItToExpir
 	if len(srvs) != 1 || srvs[0].ID != b.ServerID() {
 		t.Fatalf("registry after the leader's Close: %+v; want only %s", srvs, b.ServerID())
 	}
-	_ = start
 }
 
 func TestAKilledLeaderIsReplacedAfterTheLeaseTimeAndCanRecordNothing(t *testing.T) {
@@ -223,7 +252,6 @@ func TestAKilledLeaderIsReplacedAfterTheLeaseTimeAndCanRecordNothing(t *testing.
 	waitLeader(t, a, 5*time.Second)
 	b := c.open(t, lease, "")
 	ino := writeFile(t, a, "f", "pending")
-	killed := time.Now()
 	a.leader.killed.Store(true) // renewals stop, no release: a dead (or paused) process
 	took := waitLeader(t, b, 3*lease)
 	t.Logf("failover after the leader stopped renewing: %s (lease %s, renewed every %s)",
@@ -233,7 +261,6 @@ func TestAKilledLeaderIsReplacedAfterTheLeaseTimeAndCanRecordNothing(t *testing.
 	if took < lease-lease/4 {
 		t.Fatalf("the lease was taken over %s after the leader's last renewals stopped, before the lease time %s", took, lease)
 	}
-	_ = killed
 	// The old leader still thinks it leads (nothing told it), but every
 	// transaction under its fence fails.
 	fctx, ok := a.leader.fenced(context.Background())
