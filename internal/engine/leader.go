@@ -66,9 +66,9 @@ type observed struct {
 type leaderTerm struct {
 	fence meta.Fence
 	ctx   context.Context
-	// validUntil is the lease time after the start of the last renewal
-	// that succeeded: past it the holder stops, even if it cannot reach
-	// the kv to learn whether another server took over.
+	// validUntil is holdFor after the start of the last renewal that
+	// succeeded: then the holder stops, even if it cannot reach the kv
+	// to learn whether another server took over.
 	validUntil time.Time
 	stop       context.CancelFunc
 	done       gosync.WaitGroup
@@ -91,6 +91,13 @@ func newLeadership(e *Engine, exclusive bool) (*leadership, error) {
 
 // renewEvery is the interval of heartbeats and renewals.
 func (l *leadership) renewEvery() time.Duration { return l.leaseTime / 4 }
+
+// holdFor is how long after the start of its last renewal the holder
+// counts itself the leader: nine tenths of the lease time, leaving a
+// tenth for the difference in rate of two servers' clocks and for
+// scheduling. A taker waits the whole lease time after it saw that
+// renewal, which was after the renewal started.
+func (l *leadership) holdFor() time.Duration { return l.leaseTime * 9 / 10 }
 
 // run keeps the heartbeat and the lease until ctx ends, then ends the
 // term, releases the lease and removes the registry record. Killed (the
@@ -148,10 +155,15 @@ func (l *leadership) round(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			l.e.log.Warn("sync lease", "err", err)
 		}
-		if term := l.current(); term != nil && time.Now().After(term.validUntil) {
-			l.e.log.Warn("this server could not renew the sync lease in time: it stops exporting and importing")
-			l.endTerm()
+		term := l.current()
+		if term == nil {
+			return every
 		}
+		if left := time.Until(term.validUntil); left > 0 {
+			return min(every, left) // look again when it runs out
+		}
+		l.e.log.Warn("this server could not renew the sync lease in time: it stops exporting and importing")
+		l.endTerm()
 		return every
 	}
 	l.mu.Lock()
@@ -163,12 +175,12 @@ func (l *leadership) round(ctx context.Context) time.Duration {
 	if held {
 		if term != nil && term.fence.Token == cur.Token {
 			l.mu.Lock()
-			term.validUntil = start.Add(l.leaseTime)
+			term.validUntil = start.Add(l.holdFor())
 			l.mu.Unlock()
 			return every
 		}
 		l.endTerm()
-		l.startTerm(ctx, cur, start.Add(l.leaseTime))
+		l.startTerm(ctx, cur, start.Add(l.holdFor()))
 		return every
 	}
 	if term != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -437,5 +438,83 @@ func TestAPausedOldLeaderCannotReplaceTheNewLeadersExport(t *testing.T) {
 				t.Fatalf("the file side records %+v (dirty %v); the bucket holds version %s", in.Keys, in.Dirty(), head.VersionID)
 			}
 		})
+	}
+}
+
+// cutStore is a kv store that fails every transaction while cut is set: a
+// server cut off from the database that the others still reach.
+type cutStore struct {
+	kv.Store
+	cut atomic.Bool
+}
+
+var errCut = errors.New("test: cut off from the store")
+
+func (c *cutStore) View(ctx context.Context, fn func(kv.Reader) error) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Store.View(ctx, fn)
+}
+
+func (c *cutStore) Update(ctx context.Context, fn func(kv.Txn) error) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Store.Update(ctx, fn)
+}
+
+func (c *cutStore) UpdateSized(ctx context.Context, size int, fn func(kv.Txn) error) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.Store.UpdateSized(ctx, size, fn)
+}
+
+// A leader that cannot reach the store stops leading on its own once the
+// lease time has passed since its last renewal, before the other server
+// takes over: at no moment do both lead. Back in touch, it stays a
+// follower.
+func TestALeaderCutOffFromTheStoreStopsBeforeAnotherTakesOver(t *testing.T) {
+	c := newCluster(t)
+	lease := time.Second
+	cs := &cutStore{Store: c.db}
+	a := c.open(t, lease, "", func(cfg *Config) { cfg.KV = cs })
+	t.Cleanup(func() { cs.cut.Store(false) }) // before a's Close
+	waitLeader(t, a, 5*time.Second)
+	b := c.open(t, lease, "")
+	cs.cut.Store(true)
+	start := time.Now()
+	var aStopped time.Duration
+	for !b.IsLeader() {
+		if time.Since(start) > 10*lease {
+			t.Fatal("nobody took the lease over from the server cut off")
+		}
+		if aStopped == 0 && !a.IsLeader() {
+			aStopped = time.Since(start)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bStarted := time.Since(start)
+	if a.IsLeader() || aStopped == 0 {
+		t.Fatalf("both servers lead: the one cut off still does %s after it lost the store", bStarted)
+	}
+	t.Logf("cut off: the leader stopped after %s, the other took over after %s (lease %s)",
+		aStopped.Round(time.Millisecond), bStarted.Round(time.Millisecond), lease)
+	cs.cut.Store(false)
+	// Back: it renews its heartbeat, and does not take the lease back.
+	deadline := time.Now().Add(5 * lease)
+	for time.Now().Before(deadline) {
+		if a.IsLeader() {
+			t.Fatal("the server cut off took the lease back from the one that took it over")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st, err := b.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Servers) != 2 {
+		t.Fatalf("servers after the reconnection: %+v", st.Servers)
 	}
 }

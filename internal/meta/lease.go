@@ -29,11 +29,12 @@ import (
 // and when it first saw it so, on its own monotonic clock; only once that
 // record has stayed the same for the lease time does it take the lease,
 // in a transaction that finds the record still unchanged (TryLease's
-// expired callback). The holder counts itself the leader only until the
-// lease time after the start of its last successful renewal; a taker
-// first saw that renewal after it committed, so the holder stops before
-// anyone takes over, as long as the two clocks run at about the same rate
-// (no bound on their offset is needed). The Expiry written in the record
+// expired callback). The holder counts itself the leader only until a
+// little less than the lease time after the start of its last successful
+// renewal (package engine: nine tenths); a taker first saw that renewal
+// after it committed, so the holder stops before anyone takes over, as
+// long as the two clocks run at about the same rate (no bound on their
+// offset is needed, only on their drift over one lease time: a tenth). The Expiry written in the record
 // is the holder's own clock plus the lease time, for status only.
 //
 // # Fencing
