@@ -311,7 +311,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Locks: locks, Logger: e.log,
 		OnChange: func(c bsync.Change) { eng.FS.Changed(c.Parent, c.Name, c.Ino) }})
 	e.webhook = e.Importer.WebhookHandler(bsync.WebhookConfig{Bucket: e.Bucket.Name(), Prefix: e.Bucket.Prefix(),
-		Token: e.eventsToken})
+		Token: e.eventsToken, HandOff: eng.handOffEvents})
 	revalidate := cfg.RevalidateTTL
 	if revalidate < 0 {
 		revalidate = 0

@@ -22,7 +22,7 @@ import (
 // moves to lost+found they make), the flushes other servers ask for, and
 // the abort of multipart uploads a crash left. Every other server serves
 // reads and writes, which queue exports in the shared kv, and hands its
-// flushes to the leader. Only the leader's work runs under its fence
+// flushes and the keys its webhook is told of to the leader. Only the leader's work runs under its fence
 // (meta.WithFence), so a leader that lost the lease without noticing
 // records nothing (see meta's lease.go for the argument).
 //
@@ -314,6 +314,9 @@ func (l *leadership) startTerm(parent context.Context, cur meta.Lease, validUnti
 	if e.cfg.PollInterval > 0 {
 		run(func() { e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor) })
 	}
+	if !l.exclusive {
+		run(func() { e.takeEvents(ctx) })
+	}
 	if !e.cfg.ReadOnly {
 		run(func() { e.Exporter.Run(ctx) })
 		run(func() { e.serveFlushes(ctx) })
@@ -359,6 +362,43 @@ func (e *Engine) serveFlushes(ctx context.Context) {
 		}
 		if err := e.Meta.FlushesDone(ctx, d); err != nil && ctx.Err() == nil {
 			e.log.Warn("record a flush asked by another server", "err", err)
+		}
+	}
+}
+
+// handOffEvents takes the keys the webhook of a server without the sync
+// lease is told of to the shared store, where the holder takes them
+// (takeEvents); the holder (and a server with a store of its own) keeps
+// them.
+func (e *Engine) handOffEvents(ctx context.Context, keys []string) (bool, error) {
+	if e.leader == nil || e.leader.exclusive || e.IsLeader() {
+		return false, nil
+	}
+	return true, e.Meta.AddEventKeys(ctx, keys)
+}
+
+// takeEvents queues, while this server leads, the event keys other
+// servers' webhooks handed over. A key taken and not yet revalidated when
+// the lease moves on is lost like an event dropped for a full queue: the
+// poller finds the change.
+func (e *Engine) takeEvents(ctx context.Context) {
+	t := time.NewTicker(min(100*time.Millisecond, e.cfg.LeaseTime/4))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		keys, err := e.Meta.TakeEventKeys(ctx, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("events handed over by other servers", "err", err)
+			}
+			continue
+		}
+		if len(keys) > 0 {
+			e.Importer.NotifyWebhook(keys)
 		}
 	}
 }

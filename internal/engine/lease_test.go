@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
@@ -516,5 +518,54 @@ func TestALeaderCutOffFromTheStoreStopsBeforeAnotherTakesOver(t *testing.T) {
 	}
 	if len(st.Servers) != 2 {
 		t.Fatalf("servers after the reconnection: %+v", st.Servers)
+	}
+}
+
+// A change event the webhook of a server without the lease receives is
+// imported by the leader, through the shared store; the follower queues
+// nothing itself.
+func TestAnEventSentToAFollowerIsImportedByTheLeader(t *testing.T) {
+	c := newCluster(t)
+	lease := 400 * time.Millisecond
+	leader := c.open(t, lease, "")
+	waitLeader(t, leader, 5*time.Second)
+	follower := c.open(t, lease, "")
+	ctx := context.Background()
+	root, err := leader.Meta.Get(ctx, meta.RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Importer.EnsureListed(ctx, &root); err != nil {
+		t.Fatal(err)
+	}
+	body := "put in the bucket"
+	if _, err := leader.Bucket.Put(ctx, "from-outside", strings.NewReader(body), int64(len(body)), bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	event := `{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"` + c.bucket +
+		`"},"object":{"key":"from-outside","size":17}}}]}`
+	req := httptest.NewRequest("POST", "/events", strings.NewReader(event))
+	req.Header.Set("Authorization", "Bearer "+follower.EventsToken())
+	rec := httptest.NewRecorder()
+	follower.ListenerHandler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Fatalf("event to the follower: %d %s", rec.Code, rec.Body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := leader.Meta.Lookup(ctx, meta.RootIno, "from-outside"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the object an event named was not imported; leader's events %+v, follower's %+v",
+				leader.Importer.EventStats(), follower.Importer.EventStats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ev := follower.Importer.EventStats(); ev.Applied != 0 || ev.Pending != 0 {
+		t.Errorf("the follower handled the event itself: %+v", ev)
+	}
+	if ev := leader.Importer.EventStats(); ev.Applied == 0 {
+		t.Errorf("the leader's events: %+v", ev)
 	}
 }

@@ -25,8 +25,16 @@ import (
 //
 //	c/flush/asked  flushes asked (uint64)
 //	c/flush/done   flushes done (JSON: FlushDone)
+//
+// The keys a server's webhook is told of while it does not hold the lease
+// are handed to the holder the same way (AddEventKeys, TakeEventKeys):
+//
+//	w<object key>  a key named by an event, to revalidate (empty value)
 
-const pServer = 'r'
+const (
+	pServer   = 'r'
+	pEventKey = 'w'
+)
 
 var (
 	keyFlushAsked = []byte("c/flush/asked")
@@ -195,4 +203,48 @@ func (s *Store) FlushesDone(ctx context.Context, d FlushDone) error {
 		return fmt.Errorf("record flush: %w", err)
 	}
 	return nil
+}
+
+// AddEventKeys records keys named by change events for the lease holder
+// to revalidate. A key recorded already is recorded once.
+func (s *Store) AddEventKeys(ctx context.Context, keys []string) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		for _, k := range keys {
+			if err := tx.Set(append([]byte{pEventKey}, k...), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("hand events over: %w", err)
+	}
+	return nil
+}
+
+// TakeEventKeys removes and returns up to limit keys AddEventKeys
+// recorded (run under the holder's fence).
+func (s *Store) TakeEventKeys(ctx context.Context, limit int) (keys []string, err error) {
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		keys = keys[:0]
+		lo := []byte{pEventKey}
+		var raw [][]byte
+		if err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, v []byte) bool {
+			raw = append(raw, append([]byte(nil), k...))
+			return len(raw) < limit
+		}); err != nil {
+			return err
+		}
+		for _, k := range raw {
+			keys = append(keys, string(k[1:]))
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take handed-over events: %w", err)
+	}
+	return keys, nil
 }

@@ -45,6 +45,7 @@ import (
 //	r<server id>                a running server: host, pid, addresses, heartbeat (servers.go)
 //	L<lease name>               a lease: holder, fencing token, renewals (lease.go)
 //	c/flush/asked, c/flush/done flushes asked of the lease holder, and done (servers.go)
+//	w<object key>               an event's key handed to the lease holder (servers.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
