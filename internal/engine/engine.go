@@ -356,6 +356,9 @@ func (e *Engine) Start() {
 	}
 	e.leader.round(ctx)
 	e.spawn(func() { e.leader.run(ctx) })
+	if !e.leader.exclusive && e.cfg.PollInterval > 0 {
+		e.spawn(func() { e.publishActiveDirs(ctx) })
+	}
 	e.spawn(func() {
 		every(ctx, 10*time.Second, func() {
 			if err := e.saveStatus(ctx); err != nil && ctx.Err() == nil {

@@ -316,6 +316,9 @@ func (l *leadership) startTerm(parent context.Context, cur meta.Lease, validUnti
 	}
 	if !l.exclusive {
 		run(func() { e.takeEvents(ctx) })
+		if e.cfg.PollInterval > 0 {
+			run(func() { e.takeActiveDirs(ctx) })
+		}
 	}
 	if !e.cfg.ReadOnly {
 		run(func() { e.Exporter.Run(ctx) })
@@ -401,6 +404,59 @@ func (e *Engine) takeEvents(ctx context.Context) {
 			e.Importer.NotifyWebhook(keys)
 		}
 	}
+}
+
+// publishActiveDirs hands, every poll interval, the directories used
+// through this server since the last time to the shared store, while it
+// does not hold the sync lease: the holder's poller re-lists them
+// (takeActiveDirs). Runs on every server of a shared store until ctx ends.
+func (e *Engine) publishActiveDirs(ctx context.Context) {
+	published := map[meta.Ino]time.Time{}
+	every(ctx, e.cfg.PollInterval, func() {
+		if e.IsLeader() {
+			return // its own poller has them
+		}
+		now := time.Now()
+		changed := map[meta.Ino]time.Time{}
+		for dir, at := range e.Importer.ActiveDirs(now.Add(-e.cfg.ActiveFor)) {
+			if !published[dir].Equal(at) {
+				changed[dir] = at
+			}
+		}
+		if err := e.Meta.PublishActiveDirs(ctx, changed); err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("hand the directories in use to the server that polls", "err", err)
+			}
+			return
+		}
+		maps.Copy(published, changed)
+		maps.DeleteFunc(published, func(_ meta.Ino, at time.Time) bool { return at.Before(now.Add(-e.cfg.ActiveFor)) })
+	})
+}
+
+// takeActiveDirs has this server's poller, while it leads, re-list the
+// directories other servers report in use: each one counts as used here
+// when its record changes, so it stays polled for ActiveFor after the
+// last use another server reported.
+func (e *Engine) takeActiveDirs(ctx context.Context) {
+	seen := map[meta.Ino]int64{}
+	look := func() {
+		dirs, err := e.Meta.ActiveDirs(ctx, time.Now().Add(-e.cfg.ActiveFor))
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("directories in use on other servers", "err", err)
+			}
+			return
+		}
+		for dir, at := range dirs {
+			if seen[dir] != at {
+				e.Importer.Used(dir)
+			}
+		}
+		seen = dirs
+	}
+	look()
+	every(ctx, e.cfg.PollInterval, look)
 }
 
 // flush exports what is pending now (one inode: ino != 0) and returns once

@@ -569,3 +569,40 @@ func TestAnEventSentToAFollowerIsImportedByTheLeader(t *testing.T) {
 		t.Errorf("the leader's events: %+v", ev)
 	}
 }
+
+// A directory used only through a follower is polled by the leader: a
+// change the bucket makes in it, without an event, reaches the file
+// system.
+func TestTheLeaderPollsADirectoryUsedOnlyThroughAFollower(t *testing.T) {
+	c := newCluster(t)
+	lease := 400 * time.Millisecond
+	poll := func(cfg *Config) { cfg.PollInterval = 20 * time.Millisecond }
+	leader := c.open(t, lease, "", poll)
+	waitLeader(t, leader, 5*time.Second)
+	follower := c.open(t, lease, "", poll)
+	ctx := context.Background()
+	d, err := follower.FS.Mkdir(ctx, vfs.Root, meta.RootIno, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.FS.ReadDir(ctx, vfs.Root, d.Ino, "", 100); err != nil {
+		t.Fatal(err)
+	}
+	body := "put in the bucket"
+	if _, err := leader.Bucket.Put(ctx, "d/late", strings.NewReader(body), int64(len(body)), bucket.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := leader.Meta.Lookup(ctx, d.Ino, "late"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's poller never found d/late (%d rounds)", leader.Importer.PollStats().Rounds)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := follower.Importer.PollStats().Rounds; n != 0 {
+		t.Errorf("the follower polled %d times", n)
+	}
+}

@@ -30,10 +30,16 @@ import (
 // are handed to the holder the same way (AddEventKeys, TakeEventKeys):
 //
 //	w<object key>  a key named by an event, to revalidate (empty value)
+//
+// and so are the directories used through it, which the holder's poller
+// re-lists (PublishActiveDirs, ActiveDirs):
+//
+//	a<dir ino>     when a server last reported the directory used (unix ns, its clock)
 
 const (
-	pServer   = 'r'
-	pEventKey = 'w'
+	pServer    = 'r'
+	pEventKey  = 'w'
+	pActiveDir = 'a'
 )
 
 var (
@@ -247,4 +253,68 @@ func (s *Store) TakeEventKeys(ctx context.Context, limit int) (keys []string, er
 		return nil, fmt.Errorf("take handed-over events: %w", err)
 	}
 	return keys, nil
+}
+
+func activeDirKey(dir Ino) []byte { return kv.AppendUint64([]byte{pActiveDir}, uint64(dir)) }
+
+// PublishActiveDirs records when each directory of dirs was last used
+// (a later time recorded by another server stays).
+func (s *Store) PublishActiveDirs(ctx context.Context, dirs map[Ino]time.Time) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		for d, t := range dirs {
+			v, err := tx.Get(activeDirKey(d))
+			if err != nil && !errors.Is(err, kv.ErrNotFound) {
+				return err
+			}
+			if len(v) == 8 && int64(kv.Uint64(v)) >= t.UnixNano() {
+				continue
+			}
+			if err := tx.Set(activeDirKey(d), kv.AppendUint64(nil, uint64(t.UnixNano()))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("publish active directories: %w", err)
+	}
+	return nil
+}
+
+// ActiveDirs returns the directories recorded by PublishActiveDirs with
+// the time recorded, and deletes the records older than before (by the
+// servers' clocks: a skew of seconds only moves the end of some polling).
+func (s *Store) ActiveDirs(ctx context.Context, before time.Time) (map[Ino]int64, error) {
+	out := map[Ino]int64{}
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		clear(out)
+		lo := []byte{pActiveDir}
+		var old [][]byte
+		if err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, v []byte) bool {
+			if len(k) != 9 || len(v) != 8 {
+				return true
+			}
+			if at := int64(kv.Uint64(v)); at < before.UnixNano() {
+				old = append(old, append([]byte(nil), k...))
+			} else {
+				out[Ino(kv.Uint64(k[1:]))] = at
+			}
+			return true
+		}); err != nil {
+			return err
+		}
+		for _, k := range old {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("active directories: %w", err)
+	}
+	return out, nil
 }

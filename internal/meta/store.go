@@ -46,6 +46,7 @@ import (
 //	L<lease name>               a lease: holder, fencing token, renewals (lease.go)
 //	c/flush/asked, c/flush/done flushes asked of the lease holder, and done (servers.go)
 //	w<object key>               an event's key handed to the lease holder (servers.go)
+//	a<dir ino>                  a directory used through some server, for the holder's poller (servers.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
