@@ -52,7 +52,8 @@ type leadership struct {
 	peers map[string]observed
 
 	// killed stops the renewals without a release, as if the process had
-	// died (a test hook: one process stands for two servers).
+	// died (a test hook: one process stands for two servers; a pause is
+	// a held request plus a fence taken before, as in the tests).
 	killed atomic.Bool
 }
 
@@ -101,8 +102,8 @@ func (l *leadership) holdFor() time.Duration { return l.leaseTime * 9 / 10 }
 
 // run keeps the heartbeat and the lease until ctx ends, then ends the
 // term, releases the lease and removes the registry record. Killed (the
-// test hook), it just stops: the term goes on as a leader's would that
-// was paused and cannot tell it lost the lease, until Close ends it.
+// test hook), it just stops: no release, no record removed, and the term
+// runs on until its watchdog stops it (watch) or Close does.
 func (l *leadership) run(ctx context.Context) {
 	defer func() {
 		if l.killed.Load() {
@@ -155,15 +156,9 @@ func (l *leadership) round(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			l.e.log.Warn("sync lease", "err", err)
 		}
-		term := l.current()
-		if term == nil {
-			return every
+		if l.current() == nil {
+			l.endTerm() // one its watchdog stopped, if any
 		}
-		if left := time.Until(term.validUntil); left > 0 {
-			return min(every, left) // look again when it runs out
-		}
-		l.e.log.Warn("this server could not renew the sync lease in time: it stops exporting and importing")
-		l.endTerm()
 		return every
 	}
 	l.mu.Lock()
@@ -173,7 +168,7 @@ func (l *leadership) round(ctx context.Context) time.Duration {
 	term := l.term
 	l.mu.Unlock()
 	if held {
-		if term != nil && term.fence.Token == cur.Token {
+		if term != nil && term.fence.Token == cur.Token && term.ctx.Err() == nil {
 			l.mu.Lock()
 			term.validUntil = start.Add(l.holdFor())
 			l.mu.Unlock()
@@ -271,10 +266,13 @@ func (l *leadership) announce(what, addr string) {
 	l.self.Addrs[what] = addr
 }
 
-// current returns the running term, if any.
+// current returns the running term, if any and not past its time.
 func (l *leadership) current() *leaderTerm {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.term == nil || l.term.ctx.Err() != nil {
+		return nil
+	}
 	return l.term
 }
 
@@ -310,6 +308,7 @@ func (l *leadership) startTerm(parent context.Context, cur meta.Lease, validUnti
 		// stale leader's cannot complete: its record fails).
 		run(func() { bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log) })
 	}
+	run(func() { l.watch(term) })
 	run(func() { e.Importer.RunNotifications(ctx, 4) })
 	if e.cfg.PollInterval > 0 {
 		run(func() { e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor) })
@@ -323,6 +322,30 @@ func (l *leadership) startTerm(parent context.Context, cur meta.Lease, validUnti
 	if !e.cfg.ReadOnly {
 		run(func() { e.Exporter.Run(ctx) })
 		run(func() { e.serveFlushes(ctx) })
+	}
+}
+
+// watch stops term's work once its validUntil has passed without a
+// renewal moving it on, whatever the renewals are doing (an Update that
+// hangs on an unreachable store included).
+func (l *leadership) watch(term *leaderTerm) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-term.ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		left := time.Until(term.validUntil)
+		l.mu.Unlock()
+		if left <= 0 {
+			l.e.log.Warn("this server could not renew the sync lease in time: it stops exporting and importing")
+			term.stop()
+			return
+		}
+		t.Reset(left)
 	}
 }
 
