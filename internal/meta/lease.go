@@ -18,7 +18,8 @@ import (
 // "sync" lease. A lease record holds the holder's server id, a fencing
 // token and the holder's renewal count:
 //
-//	L<name>   the lease record (JSON: Lease)
+//	L<name>           holder and token (JSON), changed only with the holder
+//	L<name>/renewal   renewal count and times (JSON), changed at every renewal
 //
 // # Time
 //
@@ -95,27 +96,75 @@ func (l Lease) Same(o Lease) bool {
 
 func leaseKey(name string) []byte { return append([]byte{pLease}, name...) }
 
-func readLease(r kv.Reader, name string) (Lease, error) {
-	var l Lease
-	v, err := r.Get(leaseKey(name))
-	if errors.Is(err, kv.ErrNotFound) {
-		return l, nil
-	}
-	if err != nil {
-		return l, err
-	}
-	if err := json.Unmarshal(v, &l); err != nil {
-		return l, fmt.Errorf("lease %s: %w", name, err)
-	}
-	return l, nil
+// leaseRenewalKey holds the renewal part of a lease record (Beat, Renewed,
+// Expiry), apart from its holder and token under leaseKey: the fence
+// check reads only the latter, which changes only with the holder, so
+// that on a store with optimistic or serializable-snapshot transactions
+// the renewals every few seconds do not conflict with the holder's work.
+func leaseRenewalKey(name string) []byte { return append(leaseKey(name), "/renewal"...) }
+
+// leaseHolder and leaseRenewal are the two parts of a Lease as stored.
+type leaseHolder struct {
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
 }
 
-func putLease(tx kv.Txn, name string, l Lease) error {
-	v, err := json.Marshal(l)
+type leaseRenewal struct {
+	Beat    uint64    `json:"beat"`
+	Renewed time.Time `json:"renewed"`
+	Expiry  time.Time `json:"expiry"`
+}
+
+// readHolder reads the holder part of lease name.
+func readHolder(r kv.Reader, name string) (h leaseHolder, err error) {
+	v, err := r.Get(leaseKey(name))
+	if errors.Is(err, kv.ErrNotFound) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(v, &h); err != nil {
+		return h, fmt.Errorf("lease %s: %w", name, err)
+	}
+	return h, nil
+}
+
+func readLease(r kv.Reader, name string) (Lease, error) {
+	h, err := readHolder(r, name)
+	if err != nil {
+		return Lease{}, err
+	}
+	var rn leaseRenewal
+	v, err := r.Get(leaseRenewalKey(name))
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+	case err != nil:
+		return Lease{}, err
+	default:
+		if err := json.Unmarshal(v, &rn); err != nil {
+			return Lease{}, fmt.Errorf("lease %s: %w", name, err)
+		}
+	}
+	return Lease{Holder: h.Holder, Token: h.Token, Beat: rn.Beat, Renewed: rn.Renewed, Expiry: rn.Expiry}, nil
+}
+
+// putLease writes l over old: the holder part only if it changed.
+func putLease(tx kv.Txn, name string, old, l Lease) error {
+	if old.Holder != l.Holder || old.Token != l.Token {
+		v, err := json.Marshal(leaseHolder{Holder: l.Holder, Token: l.Token})
+		if err != nil {
+			return err
+		}
+		if err := tx.Set(leaseKey(name), v); err != nil {
+			return err
+		}
+	}
+	v, err := json.Marshal(leaseRenewal{Beat: l.Beat, Renewed: l.Renewed, Expiry: l.Expiry})
 	if err != nil {
 		return err
 	}
-	return tx.Set(leaseKey(name), v)
+	return tx.Set(leaseRenewalKey(name), v)
 }
 
 // ReadLease returns the record of lease name (the zero Lease if it was
@@ -150,7 +199,7 @@ func (s *Store) TryLease(ctx context.Context, name, id string, d time.Duration, 
 		}
 		now := s.now()
 		l.Beat, l.Renewed, l.Expiry, held = cur.Beat+1, now, now.Add(d), true
-		return putLease(tx, name, l)
+		return putLease(tx, name, cur, l)
 	})
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("lease %s: %w", name, err)
@@ -166,8 +215,9 @@ func (s *Store) ReleaseLease(ctx context.Context, name, id string) error {
 		if err != nil || cur.Holder != id {
 			return err
 		}
-		cur.Holder, cur.Beat, cur.Expiry = "", cur.Beat+1, time.Time{}
-		return putLease(tx, name, cur)
+		l := cur
+		l.Holder, l.Beat, l.Expiry = "", cur.Beat+1, time.Time{}
+		return putLease(tx, name, cur, l)
 	})
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", name, err)
@@ -198,8 +248,9 @@ func FenceOf(ctx context.Context) (Fence, bool) {
 }
 
 // check fails with ErrFenced unless the lease record in r is still f's.
+// It reads only the holder part (leaseRenewalKey).
 func (f Fence) check(r kv.Reader) error {
-	cur, err := readLease(r, f.Lease)
+	cur, err := readHolder(r, f.Lease)
 	if err != nil {
 		return err
 	}

@@ -138,3 +138,57 @@ func TestTheRegistryKeepsOneRecordPerServerAndRemovesOnlyAnUnchangedOne(t *testi
 		t.Fatalf("servers after removing A: %+v", srvs)
 	}
 }
+
+// A renewal leaves the part of the lease the fence reads as it was, so
+// that the holder's transactions never conflict with its renewals; a
+// change of holder changes it.
+func TestARenewalDoesNotRewriteWhatTheFenceReads(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	raw := func() (v []byte) {
+		s.KV().View(ctx, func(r kv.Reader) error { v, _ = r.Get(leaseKey(SyncLease)); return nil })
+		return v
+	}
+	never := func(Lease) bool { return false }
+	if _, _, err := s.TryLease(ctx, SyncLease, "A", time.Second, never); err != nil {
+		t.Fatal(err)
+	}
+	before := raw()
+	var writes int
+	err := s.KV().Update(ctx, func(tx kv.Txn) error {
+		writes = 0
+		cur, err := readLease(tx, SyncLease)
+		if err != nil {
+			return err
+		}
+		next := cur
+		next.Beat++
+		return putLease(&countingTxn{Txn: tx, keys: &writes, watch: leaseKey(SyncLease)}, SyncLease, cur, next)
+	})
+	if err != nil || writes != 0 {
+		t.Fatalf("a renewal wrote the holder part %d times (%v)", writes, err)
+	}
+	if _, held, err := s.TryLease(ctx, SyncLease, "A", time.Second, never); err != nil || !held || string(raw()) != string(before) {
+		t.Fatalf("after a renewal the holder part is %q, was %q (%v)", raw(), before, err)
+	}
+	if _, _, err := s.TryLease(ctx, SyncLease, "B", time.Second, func(Lease) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if string(raw()) == string(before) {
+		t.Fatal("a takeover left the holder part as it was")
+	}
+}
+
+// countingTxn counts the writes of one key.
+type countingTxn struct {
+	kv.Txn
+	keys  *int
+	watch []byte
+}
+
+func (c *countingTxn) Set(k, v []byte) error {
+	if string(k) == string(c.watch) {
+		*c.keys++
+	}
+	return c.Txn.Set(k, v)
+}
