@@ -72,6 +72,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	e.Announce("nfs", ln.Addr().String())
 	e.Start()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	fmt.Fprintf(stdout, "bucketfs: serving %s over NFS on %s%s (state in %s)\n", e.Bucket, ln.Addr(), readOnlyNote(cfg.ReadOnly), cfg.StateDir)

@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -109,6 +111,7 @@ func printStatus(w io.Writer, st *engine.Status) {
 	}
 	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
 		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
+	printServers(w, st)
 	fmt.Fprintf(w, "  exported          %d (%s), %s, %d refused by a bucket-side change\n",
 		st.Exported, human(st.ExportedBytes), count(st.ExportFailures, "failed attempt", "failed attempts"), st.ExportConflicts)
 	fmt.Fprintf(w, "  imported          %s; last import lag %s; events applied %d, dropped %d, queued %d\n",
@@ -133,6 +136,35 @@ func printStatus(w io.Writer, st *engine.Status) {
 	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%s)\n",
 		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, count(int64(s.Retries), "retry", "retries"))
 	fmt.Fprintf(w, "  S3 bytes          read %s, written %s\n", human(int64(s.BytesRead)), human(int64(s.BytesWritten)))
+}
+
+// printServers lists the live servers of a running file system and which
+// one holds the sync lease (exports and imports).
+func printServers(w io.Writer, st *engine.Status) {
+	if st.Lease == nil {
+		return
+	}
+	holder := "nobody (released; the next server takes it)"
+	if st.Lease.Holder != "" {
+		holder = st.Lease.Holder
+	}
+	fmt.Fprintf(w, "  servers           %s, sharing the export queue; sync lease held by %s (token %d)\n",
+		count(int64(len(st.Servers)), "live server", "live servers"), holder, st.Lease.Token)
+	for _, s := range st.Servers {
+		var notes []string
+		if s.Leader {
+			notes = append(notes, "leader")
+		}
+		if s.This {
+			notes = append(notes, "this one")
+		}
+		addrs := make([]string, 0, len(s.Addrs))
+		for _, what := range slices.Sorted(maps.Keys(s.Addrs)) {
+			addrs = append(addrs, what+" "+s.Addrs[what])
+		}
+		fmt.Fprintf(w, "    %s  %s pid %d  %s  heartbeat %s ago  %s\n", s.ID, s.Host, s.PID,
+			strings.Join(addrs, ", "), dur(s.HeartbeatAgeS), strings.Join(notes, ", "))
+	}
 }
 
 func dur(s float64) string {

@@ -30,7 +30,9 @@ func AdminSocket(stateDir string) string { return filepath.Join(stateDir, "admin
 // (mode 0600: the file system's owner only) offers it:
 //
 //	GET  /status          Status as JSON
-//	POST /flush[?ino=N]   export now (one inode, or everything queued)
+//	POST /flush[?ino=N]   export now (one inode, or everything queued; on a
+//	                      server without the sync lease, the leader exports
+//	                      everything queued and this waits for it: leader.go)
 //	GET  /metrics         Prometheus metrics
 //	POST /events          S3 event notifications (the webhook; needs the token)
 func (e *Engine) SocketHandler() http.Handler {
@@ -56,9 +58,9 @@ func (e *Engine) SocketHandler() http.Handler {
 				http.Error(w, "bad ino", http.StatusBadRequest)
 				return
 			}
-			err = e.Exporter.FlushInode(r.Context(), meta.Ino(ino))
+			err = e.flush(r.Context(), meta.Ino(ino))
 		} else {
-			err = e.Exporter.Flush(r.Context())
+			err = e.flush(r.Context(), 0)
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)

@@ -118,6 +118,16 @@ type Config struct {
 	// transaction is recorded in the change log and this server follows
 	// the others' (shared.go).
 	Shared bool
+	// KV, if set, is the store of the metadata and file data, used instead
+	// of a Pebble store under StateDir: several engines (servers) may
+	// share one, each with its own StateDir (lock, admin socket). The
+	// engine does not close it. With it, the bucket must be external
+	// (Bucket), the same for every engine.
+	KV kv.Store
+	// LeaseTime is how long the sync lease (see leader.go) lasts without
+	// a renewal: a server that holds it and stops renewing is replaced
+	// after about this long (default 10s; renewed every quarter of it).
+	LeaseTime time.Duration
 
 	Logger *slog.Logger
 }
@@ -135,6 +145,8 @@ type Engine struct {
 	Exporter *bsync.Exporter
 	FS       *vfs.FS
 
+	ownKV         bool        // KV was opened here (not Config.KV): Close closes it
+	leader        *leadership // the registry and the sync lease (leader.go)
 	stop          context.CancelFunc
 	wg            gosync.WaitGroup
 	importerReady atomic.Pointer[bsync.Importer]
@@ -184,6 +196,9 @@ func (c *Config) defaults() {
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 5 * time.Second
 	}
+	if c.LeaseTime <= 0 {
+		c.LeaseTime = 10 * time.Second
+	}
 }
 
 // Open starts every part and returns the engine ready to serve. Call Start
@@ -191,6 +206,9 @@ func (c *Config) defaults() {
 func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("engine: no state directory")
+	}
+	if cfg.KV != nil && cfg.Bucket == "" {
+		return nil, errors.New("engine: a shared metadata store needs an external bucket, shared too")
 	}
 	// The embedded store changes the process working directory: make every
 	// path absolute first.
@@ -247,8 +265,13 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if err := e.Bucket.CheckVersioning(ctx); err != nil {
 		return nil, err
 	}
-	if e.KV, err = kvpebble.Open(filepath.Join(cfg.StateDir, "meta"), kvpebble.Options{FS: cfg.MetaFS}); err != nil {
-		return nil, err
+	if cfg.KV != nil {
+		e.KV = cfg.KV
+	} else {
+		if e.KV, err = kvpebble.Open(filepath.Join(cfg.StateDir, "meta"), kvpebble.Options{FS: cfg.MetaFS}); err != nil {
+			return nil, err
+		}
+		e.ownKV = true
 	}
 	if cfg.WrapKV != nil {
 		e.KV = cfg.WrapKV(e.KV)
@@ -265,10 +288,14 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	}
 	if !cfg.ReadOnly { // read-only writes nothing to the bucket, not even these
 		// Multipart uploads the last run started and never ended (a
-		// crash) keep their parts in the bucket until aborted; this is
-		// the one moment none of ours is in flight. Failures are logged
-		// and left for the next start.
-		bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log)
+		// crash) keep their parts in the bucket until aborted; with a
+		// store of its own, this is the one moment none of ours is in
+		// flight. Failures are logged and left for the next start. (On
+		// a shared store the sync lease's holder does it as it takes
+		// the lease: leader.go.)
+		if e.ownKV {
+			bsync.AbortOrphanedUploads(ctx, e.Meta, e.Bucket, e.log)
+		}
 		supported, err := e.Bucket.ProbeConditionalWrites(ctx, e.Meta.LostFoundName())
 		if err != nil {
 			return nil, err
@@ -293,7 +320,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	e.Importer = bsync.NewImporter(e.Meta, e.Bucket, bsync.ImporterConfig{Locks: locks, Logger: e.log,
 		OnChange: func(c bsync.Change) { eng.FS.Changed(c.Parent, c.Name, c.Ino) }})
 	e.webhook = e.Importer.WebhookHandler(bsync.WebhookConfig{Bucket: e.Bucket.Name(), Prefix: e.Bucket.Prefix(),
-		Token: e.eventsToken})
+		Token: e.eventsToken, HandOff: eng.handOffEvents})
 	revalidate := cfg.RevalidateTTL
 	if revalidate < 0 {
 		revalidate = 0
@@ -308,6 +335,9 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	e.Exporter = bsync.NewExporter(e.Meta, e.Bucket, e.Importer, bsync.ExporterConfig{
 		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log,
 		HoldWrites: e.FS.HoldWrites})
+	if e.leader, err = newLeadership(e, e.ownKV); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -320,15 +350,23 @@ func (e *Engine) onStoreEvent(ev s3local.Event) {
 	}
 }
 
-// Start runs the exporter (unless read-only), the importer's event
-// workers and poller, tier eviction and the periodic summary in the log in
-// the background until Close.
+// Start registers this server and runs, in the background until Close,
+// the sync lease's keeper, and while this server holds the lease the
+// exporter (unless read-only) and the importer's event workers and poller
+// (leader.go); checkpoints, tier eviction and the periodic summary in the
+// log run on every server. With a store of its own the engine takes the
+// lease before Start returns.
 func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.importerReady.Store(e.Importer)
 	if err := e.serveAdmin(ctx); err != nil {
 		e.log.Warn("no admin socket: status, flush and unmount --flush will not reach this process", "err", err)
+	}
+	e.leader.round(ctx)
+	e.spawn(func() { e.leader.run(ctx) })
+	if !e.leader.exclusive && e.cfg.PollInterval > 0 {
+		e.spawn(func() { e.publishActiveDirs(ctx) })
 	}
 	e.spawn(func() {
 		every(ctx, 10*time.Second, func() {
@@ -337,13 +375,6 @@ func (e *Engine) Start() {
 			}
 		})
 	})
-	e.spawn(func() { e.Importer.RunNotifications(ctx, 4) })
-	if e.cfg.PollInterval > 0 {
-		e.spawn(func() { e.Importer.RunPoller(ctx, e.cfg.PollInterval, e.cfg.ActiveFor) })
-	}
-	if !e.cfg.ReadOnly {
-		e.spawn(func() { e.Exporter.Run(ctx) })
-	}
 	if e.cfg.CheckpointInterval > 0 {
 		e.spawn(func() { every(ctx, e.cfg.CheckpointInterval, func() { e.checkpoint(ctx) }) })
 	}
@@ -436,7 +467,9 @@ func (e *Engine) evict(ctx context.Context) {
 }
 
 // Close stops the background work and releases everything, leaving
-// unexported changes queued for the next start. Closing twice is harmless.
+// unexported changes queued for the next start (or for the next holder
+// of the sync lease: Close releases it, and removes this server from the
+// registry). Closing twice is harmless.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
@@ -444,6 +477,7 @@ func (e *Engine) Close() error {
 	if e.stop != nil {
 		e.stop()
 		e.wg.Wait()
+		e.leader.endTerm() // one the test hook left running (leader.go)
 	}
 	var errs []error
 	if e.stop != nil {
@@ -455,7 +489,9 @@ func (e *Engine) Close() error {
 		if e.Meta != nil {
 			errs = append(errs, e.Meta.Sync(context.Background()))
 		}
-		errs = append(errs, e.KV.Close())
+		if e.ownKV {
+			errs = append(errs, e.KV.Close())
+		}
 	}
 	if e.Bucket != nil {
 		e.Bucket.Close()

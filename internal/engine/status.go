@@ -53,6 +53,38 @@ type Status struct {
 	TierCleanBytes    int64                   `json:"tier_clean_bytes"`
 	S3                bucket.Stats            `json:"s3"`
 	Data              vfs.Stats               `json:"data"`
+
+	// The servers of the file system (leader.go): this one's id, whether
+	// it holds the sync lease, the lease's record and every live server.
+	// The export queue (PendingExports) is shared by all of them.
+	ServerID string         `json:"server_id,omitempty"`
+	Leader   bool           `json:"leader"`
+	Lease    *LeaseStatus   `json:"lease,omitempty"`
+	Servers  []ServerStatus `json:"servers,omitempty"`
+}
+
+// LeaseStatus is the sync lease's record.
+type LeaseStatus struct {
+	Holder string `json:"holder"` // server id ("" when released)
+	Token  uint64 `json:"token"`  // the fencing token, one more at every change of holder
+	// ExpiresInS is the holder's expiry less the reader's clock: a guide
+	// only, the servers' clocks may differ (takeovers do not use it).
+	ExpiresInS float64 `json:"expires_in_seconds"`
+	LeaseTimeS float64 `json:"lease_time_seconds"`
+}
+
+// ServerStatus is one live server of the file system.
+type ServerStatus struct {
+	ID      string            `json:"id"`
+	Host    string            `json:"host"`
+	PID     int               `json:"pid"`
+	Addrs   map[string]string `json:"addrs,omitempty"`
+	Started time.Time         `json:"started"`
+	// HeartbeatAgeS is the reader's clock less the server's at its last
+	// heartbeat (clocks may differ a little).
+	HeartbeatAgeS float64 `json:"heartbeat_age_seconds"`
+	Leader        bool    `json:"leader"`
+	This          bool    `json:"this"` // the server answering
 }
 
 // Status gathers the running engine's figures.
@@ -75,7 +107,42 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 	st.Listings = e.Importer.Listings()
 	st.S3 = e.Bucket.Stats()
 	st.Data = e.FS.Stats()
+	if err := e.serverFigures(ctx, &st); err != nil {
+		return st, err
+	}
 	return st, nil
+}
+
+// serverFigures fills in the servers, the lease and this server's part.
+func (e *Engine) serverFigures(ctx context.Context, st *Status) error {
+	l := e.leader
+	if l == nil {
+		return nil
+	}
+	lease, err := e.Meta.ReadLease(ctx, meta.SyncLease)
+	if err != nil {
+		return err
+	}
+	srvs, err := e.Meta.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	st.ServerID, st.Leader = l.self.ID, e.IsLeader()
+	st.Lease = &LeaseStatus{Holder: lease.Holder, Token: lease.Token, LeaseTimeS: e.cfg.LeaseTime.Seconds()}
+	if lease.Holder != "" {
+		st.Lease.ExpiresInS = lease.Expiry.Sub(now).Seconds()
+	}
+	st.Servers = st.Servers[:0]
+	for _, s := range srvs {
+		if !l.alive(s) {
+			continue
+		}
+		st.Servers = append(st.Servers, ServerStatus{ID: s.ID, Host: s.Host, PID: s.PID, Addrs: s.Addrs,
+			Started: s.Started, HeartbeatAgeS: max(now.Sub(s.Heartbeat).Seconds(), 0),
+			Leader: s.ID == lease.Holder, This: s.ID == l.self.ID})
+	}
+	return nil
 }
 
 // queueFigures fills the export queue and lost+found figures from meta.
@@ -173,6 +240,7 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 	}
 	st.Running, st.PID, st.Taken = false, 0, time.Now()
 	st.Listings = nil
+	st.ServerID, st.Leader, st.Lease, st.Servers = "", false, nil, nil
 	if st.EventsToken, err = eventsToken(ctx, m); err != nil {
 		return st, err
 	}

@@ -42,6 +42,12 @@ import (
 //	f<dir>                      a directory's fence sequence (fences.go)
 //	g<dir><name>                a name removed from dir: its fence number (fences.go)
 //	G<object key>               a key whose record an export dropped: <dir><fence number> (fences.go)
+//	r<server id>                a running server: host, pid, addresses, heartbeat (servers.go)
+//	L<lease name>               a lease's holder and fencing token (lease.go)
+//	L<lease name>/renewal       its renewals: count, times (lease.go)
+//	c/flush/asked, c/flush/done flushes asked of the lease holder, and done (servers.go)
+//	w<object key>               an event's key handed to the lease holder (servers.go)
+//	a<dir ino>                  a directory used through some server, for the holder's poller (servers.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
@@ -129,6 +135,8 @@ type Store struct {
 // so that two Stores open on one db (two servers sharing one database)
 // give out different numbers and write different cells.
 func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
+	// Transactions under a lease holder's fence check it (lease.go).
+	db = fencedKV{db}
 	s := &Store{kv: db, exportDelay: opt.ExportDelay, now: opt.Now, onKept: opt.OnKeptInLostFound,
 		defaults: StandardDefaults()}
 	if s.now == nil {

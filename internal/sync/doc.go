@@ -28,6 +28,15 @@
 // otherwise the inode stays queued and is exported again after the quiet
 // period.
 //
+// Where several servers share one file system, only the holder of the
+// sync lease runs the exporter and the importer's poller and event
+// workers (package engine), under its fence: every record they make
+// fails once another server took the lease (meta's lease.go), and an
+// export never replaces nor deletes an object of its inode with a later
+// generation (errNewerExported). Imports a front end asks for (the first
+// listing of a directory, the revalidation of a file at open) run on
+// every server.
+//
 // A flush (Flush, FlushInode) ignores the quiet period, but not the pieces
 // of one write: it does not export a file between two of them, waiting a
 // bounded time for the rest (flushRun).

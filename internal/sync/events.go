@@ -57,6 +57,10 @@ func newNotifications(max int, limit *rate.Limiter) *notifications {
 // while its directory was being listed. It never blocks.
 func (im *Importer) Notify(key string) { im.events.add([]string{key}, time.Now()) }
 
+// NotifyWebhook queues keys as the webhook does: keys another server's
+// webhook was told of, handed over through the shared store.
+func (im *Importer) NotifyWebhook(keys []string) { im.webhook.add(keys, time.Now()) }
+
 // add queues keys that are not pending already, dropping those past the
 // queue's bound.
 func (n *notifications) add(keys []string, since time.Time) {

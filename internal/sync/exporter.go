@@ -72,10 +72,13 @@ type Exporter struct {
 	// revalidations are the importer's looks at keys whose export or
 	// delete the bucket refused (revalidateLater). They run in the
 	// background, so that the inode lock is released first, under
-	// revalidateCtx; Run cancels them and waits for them before it
-	// returns, so that none outlives the engine and reaches a closed
-	// store. One cut short is harmless: the export is retried at the next
-	// start, meets the same refusal and revalidates again.
+	// revalidateCtx (guarded by mu), which carries the values of Run's
+	// context (a lease holder's fence) but not its end; Run cancels them
+	// and waits for them before it returns, so that none outlives the
+	// engine and reaches a closed store, or outlives the lease it was
+	// started under. One cut short is harmless: the export is retried
+	// at the next start (or by the next lease holder), meets the same
+	// refusal and revalidates again.
 	revalidations   gosync.WaitGroup
 	revalidateCtx   context.Context
 	stopRevalidates context.CancelFunc
@@ -130,14 +133,21 @@ func (e *Exporter) Stats() ExportStats {
 
 // Run exports due inodes until ctx is done.
 // It wakes when the earliest queued inode becomes due, and at least every
-// Poll to notice inodes queued meanwhile.
+// Poll to notice inodes queued meanwhile. Run may be called again after
+// it returned (a server that takes the sync lease again); never twice at
+// once.
 func (e *Exporter) Run(ctx context.Context) {
+	e.mu.Lock()
+	e.revalidateCtx, e.stopRevalidates = context.WithCancel(context.WithoutCancel(ctx))
+	e.mu.Unlock()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			e.mu.Lock()
 			e.stopRevalidates()
+			e.mu.Unlock()
 			e.Wait()
 			return
 		case <-t.C:
@@ -185,9 +195,9 @@ func (e *Exporter) drainFor(ctx context.Context, now time.Time, fr *flushRun) (f
 				<-sem
 				wg.Done()
 			}()
-			err := e.reconcileFor(ctx, q, fr)
+			err := e.fencedOut(ctx, e.reconcileFor(ctx, q, fr))
 			var ce *conflictError
-			if errors.As(err, &ce) {
+			if errors.As(err, &ce) && !errors.Is(err, meta.ErrFenced) {
 				e.refused(ce)
 			}
 			if err != nil {
@@ -204,6 +214,20 @@ func (e *Exporter) drainFor(ctx context.Context, now time.Time, fr *flushRun) (f
 	}
 	wg.Wait()
 	return failed
+}
+
+// fencedOut adds meta.ErrFenced to the error of a reconcile run under a
+// lease holder's fence that is no longer the lease's: whatever the bucket
+// answered (a refusal because the new holder wrote first), it is the new
+// holder's to resolve, not a conflict of this one's.
+func (e *Exporter) fencedOut(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, meta.ErrFenced) {
+		return err
+	}
+	if ferr := e.meta.CheckFence(ctx); errors.Is(ferr, meta.ErrFenced) {
+		return fmt.Errorf("%w (%w)", err, ferr)
+	}
+	return err
 }
 
 // refused counts and logs an export the bucket refused because the object
@@ -230,11 +254,14 @@ func (e *Exporter) deletesRefused(ino meta.Ino, keys []string) {
 // revalidateLater has the importer compare keys with the bucket once the
 // inode lock is released.
 func (e *Exporter) revalidateLater(keys []string) {
+	e.mu.Lock()
+	ctx := e.revalidateCtx
+	e.mu.Unlock()
 	for _, k := range keys {
 		e.revalidations.Add(1)
 		go func() {
 			defer e.revalidations.Done()
-			if err := e.importer.Revalidate(e.revalidateCtx, k); err != nil && e.revalidateCtx.Err() == nil {
+			if err := e.importer.Revalidate(ctx, k); err != nil && ctx.Err() == nil {
 				e.log.Warn("resolve export conflict", "key", k, "err", err)
 			}
 		}()
@@ -247,6 +274,12 @@ func (e *Exporter) revalidateLater(keys []string) {
 func (e *Exporter) Wait() { e.revalidations.Wait() }
 
 func (e *Exporter) retryLater(ctx context.Context, ino meta.Ino, err error) {
+	if errors.Is(err, meta.ErrFenced) || errors.Is(err, errNewerExported) {
+		// Another server holds the sync lease now: the inode is its
+		// to export, and this one can record nothing.
+		e.log.Info("export abandoned: this server no longer holds the sync lease", "ino", ino, "err", err)
+		return
+	}
 	e.failures.Add(1)
 	e.mu.Lock()
 	e.attempts[ino]++
@@ -440,7 +473,7 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 	var conflicts []string
 	for _, k := range in.Keys {
 		if !wanted[k.Key] {
-			c, deleted, err := e.deleteIfUnchanged(ctx, in.Ino, k)
+			c, deleted, err := e.deleteIfUnchanged(ctx, in, k)
 			if err != nil {
 				return err
 			}
@@ -513,7 +546,7 @@ func (e *Exporter) dropLeftovers(ctx context.Context, in *meta.Inode, want []str
 		if known[key] {
 			continue
 		}
-		if err := e.deleteIfOurs(ctx, in.Ino, key); err != nil {
+		if err := e.deleteIfOurs(ctx, in, key); err != nil {
 			return err
 		}
 		if err := e.meta.DropIntent(ctx, in.Ino, key); err != nil {
@@ -524,8 +557,10 @@ func (e *Exporter) dropLeftovers(ctx context.Context, in *meta.Inode, want []str
 }
 
 // deleteIfOurs deletes the object at key if this inode wrote it (its origin
-// tag names the inode) and no other inode has recorded it since.
-func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) error {
+// tag names the inode, at no later generation than in's) and no other
+// inode has recorded it since.
+func (e *Exporter) deleteIfOurs(ctx context.Context, in *meta.Inode, key string) error {
+	ino := in.Ino
 	defer e.keys.Lock(key)()
 	if owner, owned, err := e.meta.KeyOwner(ctx, key); err != nil {
 		return err
@@ -539,8 +574,12 @@ func (e *Exporter) deleteIfOurs(ctx context.Context, ino meta.Ino, key string) e
 	case err != nil:
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
-	if who, _, ok := originOf(cur.Metadata, key); !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
+	who, gen, ok := originOf(cur.Metadata, key)
+	if !ok || who != inodeOrigin(e.meta.Fsid(), ino) {
 		return nil
+	}
+	if gen > in.Gen {
+		return newerExport(key, in, gen)
 	}
 	e.log.Info("deleting an object a crash left unrecorded", "key", key, "ino", ino, "version_id", cur.VersionID)
 	// Like any delete of what was seen, it never hides a write that lands
@@ -577,6 +616,27 @@ func (e *Exporter) orphan(ctx context.Context, md map[string]string, key string)
 	return err == nil && pending
 }
 
+// errNewerExported marks an export that met, at its key, a later state
+// of the same inode that another exporter wrote.
+//
+// The rule it keeps: an exporter never replaces, nor deletes, an object
+// whose origin tag names its inode with a later generation than the state
+// it exports. Generations of an inode only grow, and each is made durable
+// before it is uploaded, so such an object can only be the export of a
+// later state by the server that took the sync lease over while this one
+// was paused (meta's lease.go): this one's write is stale. Together with
+// the conditional writes (which refuse a write whose version below is not
+// the one this exporter saw) and the fence on every record (which refuses
+// the stale exporter's transactions), a leader paused between its intent
+// and its upload or record can neither bring an older state back nor
+// record anything: the bucket never receives a state older than one it
+// had, nor one version twice.
+var errNewerExported = errors.New("a later state of the file was exported meanwhile, by the server holding the sync lease")
+
+func newerExport(key string, in *meta.Inode, gen uint64) error {
+	return fmt.Errorf("inode %d at generation %d: %q holds its generation %d: %w", in.Ino, in.Gen, key, gen, errNewerExported)
+}
+
 // conflictError says the bucket changed key since the file side last saw
 // it; the importer resolves it (the bucket wins).
 type conflictError struct {
@@ -601,7 +661,8 @@ func (e *Exporter) conflictOr(key string, err error) error {
 // wants that name, and the bucket's version keeps it. deleted says whether
 // it deleted the object (not: gone already, another inode's now, or a
 // conflict).
-func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.Object) (conflict string, deleted bool, err error) {
+func (e *Exporter) deleteIfUnchanged(ctx context.Context, in *meta.Inode, k meta.Object) (conflict string, deleted bool, err error) {
+	ino := in.Ino
 	defer e.keys.Lock(k.Key)()
 	if owner, owned, err := e.meta.KeyOwner(ctx, k.Key); err != nil {
 		return "", false, err
@@ -618,12 +679,16 @@ func (e *Exporter) deleteIfUnchanged(ctx context.Context, ino meta.Ino, k meta.O
 	// The version decides, and who wrote it, never the ETag alone: the
 	// inode renamed over this one may have just uploaded the same bytes
 	// under the name, before its record of the name is committed.
-	who, _, tagged := originOf(cur.Metadata, k.Key)
-	mine := tagged && who == inodeOrigin(e.meta.Fsid(), ino)
+	who, objGen, tagged := originOf(cur.Metadata, k.Key)
+	mine := tagged && who == inodeOrigin(e.meta.Fsid(), in.Ino)
 	ours := tagged && strings.HasPrefix(who, e.meta.Fsid()+"/")
 	exact := versioned(k.VersionID) && cur.VersionID == k.VersionID
 	seen := sameVersion(k, cur)
 	switch {
+	case mine && objGen > in.Gen:
+		// A later state's export, by the server holding the sync lease
+		// now (errNewerExported): not this one's to delete.
+		return "", false, newerExport(k.Key, in, objGen)
 	case ours && !mine && !exact:
 		// Another inode of this file system wrote it: the name is its
 		// now, and so is the object.
@@ -745,6 +810,11 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 				// sent under may not be this one's (a retry below
 				// changes it), so there is nothing sure to confirm it by.
 				return cur, nil
+			case mine && gen > in.Gen:
+				// A later state of this inode, exported by the server
+				// that holds the sync lease now: this exporter lost the
+				// lease while its write was on the way (newerExport).
+				return info, newerExport(key, in, gen)
 			case mine:
 			case owned && owner.Ino != in.Ino && sameVersion(held, cur):
 				// Another inode of this file system held the name (it was
@@ -990,7 +1060,7 @@ func (e *Exporter) reconcileDir(ctx context.Context, q meta.Queued, in *meta.Ino
 	var conflicts []string
 	for _, k := range in.Keys {
 		if k.Key != newKey {
-			c, deleted, err := e.deleteIfUnchanged(ctx, in.Ino, k)
+			c, deleted, err := e.deleteIfUnchanged(ctx, in, k)
 			if err != nil {
 				return err
 			}

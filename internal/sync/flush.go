@@ -124,12 +124,12 @@ func (e *Exporter) FlushInode(ctx context.Context, ino meta.Ino) error {
 			time.Sleep(10 * time.Millisecond) // the background exporter has it; wait for it
 			continue
 		}
-		err = e.reconcileFor(ctx, *q, fr)
+		err = e.fencedOut(ctx, e.reconcileFor(ctx, *q, fr))
 		e.mu.Lock()
 		delete(e.busy, ino)
 		e.mu.Unlock()
 		var ce *conflictError
-		if errors.As(err, &ce) {
+		if errors.As(err, &ce) && !errors.Is(err, meta.ErrFenced) {
 			e.refused(ce)
 			return fmt.Errorf("conflict: %q changed in the bucket; the bucket's version wins and this one goes to lost+found", ce.key)
 		}

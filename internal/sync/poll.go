@@ -61,6 +61,22 @@ func (a *activeDirs) recent(t time.Time) []meta.Ino {
 	return out
 }
 
+// ActiveDirs returns the directories used since t (by Used), with when
+// each was last used, for a server without the sync lease to hand to the
+// one that polls.
+func (im *Importer) ActiveDirs(t time.Time) map[meta.Ino]time.Time {
+	a := &im.active
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[meta.Ino]time.Time{}
+	for ino, u := range a.used {
+		if !u.Before(t) {
+			out[ino] = u
+		}
+	}
+	return out
+}
+
 // PollStats are the poller's counters.
 type PollStats struct {
 	Rounds  int64

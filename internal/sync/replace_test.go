@@ -48,7 +48,7 @@ func TestTheDeleteOfAReplacedFileLeavesTheObjectOfTheFileThatReplacedIt(t *testi
 	if _, err := b.Put(ctx, "a", bytes.NewReader(body), int64(len(body)), bucket.PutOptions{Metadata: md}); err != nil {
 		t.Fatal(err)
 	}
-	if conflict, _, err := e.deleteIfUnchanged(ctx, a.Ino, old); err != nil || conflict != "" {
+	if conflict, _, err := e.deleteIfUnchanged(ctx, &a, old); err != nil || conflict != "" {
 		t.Fatalf("delete of the replaced inode's object: conflict %q, %v", conflict, err)
 	}
 	cur, err := b.Head(ctx, "a", "")

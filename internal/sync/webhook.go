@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
@@ -36,6 +37,11 @@ type WebhookConfig struct {
 	// subscriptions (nil: sns.NewVerifier(nil), which fetches from AWS).
 	// Keep one for the handler's life: it caches certificates.
 	SNS *sns.Verifier
+	// HandOff, if set, is offered the keys of each request first: it
+	// returns true when it took them (to the server holding the sync
+	// lease, through the shared store), false to have this importer
+	// queue them. An error answers 503, for the sender to retry.
+	HandOff func(ctx context.Context, keys []string) (bool, error)
 }
 
 // eventRecord is the part of an S3 event notification record we read. AWS,
@@ -142,6 +148,17 @@ func (im *Importer) WebhookHandler(cfg WebhookConfig) http.Handler {
 			if !seen[key] {
 				seen[key] = true
 				keys = append(keys, key)
+			}
+		}
+		if cfg.HandOff != nil && len(keys) > 0 {
+			handed, err := cfg.HandOff(r.Context(), keys)
+			if err != nil {
+				http.Error(w, "the events could not be handed to the server that imports: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			if handed {
+				w.WriteHeader(http.StatusNoContent)
+				return
 			}
 		}
 		im.webhook.add(keys, time.Now())
