@@ -35,6 +35,9 @@ import (
 //	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
 //	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
 //	c/changes-trimmed           the time below which change records were deleted
+//	L<ino><server>              the locks one server's clients hold on ino (shared.go)
+//	O<ino><server>              one server holds ino open (shared.go)
+//	H<server>                   a server's heartbeat (package heartbeat, until the server registry)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
