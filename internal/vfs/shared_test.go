@@ -355,3 +355,73 @@ func TestRacingLockRequestsThroughTwoServersAreNeverBothGranted(t *testing.T) {
 	}
 	t.Logf("grants %d and %d, refusals %d", grants[0].Load(), grants[1].Load(), refusedN.Load())
 }
+
+// A file one server holds open is open to the other too, after the other
+// unlinked it, until the first server's last close; the other's own last
+// close leaves the data alone meanwhile, and the first server still reads
+// it whole.
+func TestAFileOpenOnOneServerIsOpenOnTheOtherUntilItsLastClose(t *testing.T) {
+	ctx := context.Background()
+	db, s := sharedServers(t, 2, time.Minute)
+	a, b := s[0].fs, s[1].fs
+	ino := sharedFile(t, s[0], "f", "kept while open")
+
+	h1, err := a.Open(ctx, Root, ino, syscall.O_RDONLY)
+	must(t, err)
+	h2, err := a.Open(ctx, Root, ino, syscall.O_RDONLY)
+	must(t, err)
+	if n := serverKeys(t, db, 'O', 1); n != 1 {
+		t.Fatalf("a has %d open records for two handles on one inode, want 1", n)
+	}
+	hb, err := b.Open(ctx, Root, ino, syscall.O_RDONLY)
+	must(t, err)
+	must(t, b.Unlink(ctx, Root, meta.RootIno, "f"))
+	hb.Release(ctx) // b's last close of an unlinked file: a still has it
+	if !b.IsOpen(ino) || !b.InUse(ino) {
+		t.Fatal("b does not see the file a holds open")
+	}
+	h1.Release(ctx)
+	if !b.IsOpen(ino) {
+		t.Fatal("b sees the file closed while a still has a handle")
+	}
+	buf := make([]byte, 64)
+	n, err := h2.Read(ctx, buf, 0)
+	if err != nil || string(buf[:n]) != "kept while open" {
+		t.Fatalf("a reads %q, %v after b's close; want the data whole", buf[:n], err)
+	}
+	h2.Release(ctx)
+	if b.IsOpen(ino) || b.InUse(ino) {
+		t.Fatal("b still sees the file open after a's last close")
+	}
+	if n := serverKeys(t, db, 'O', 1); n != 0 {
+		t.Fatalf("a has %d open records after its last close, want 0", n)
+	}
+}
+
+// A file held open by a server whose heartbeat stopped is open to the
+// others until the lease time has passed, and then not; its open record
+// is deleted by the server that finds it dead.
+func TestAFileOpenOnADeadServerIsClosedToTheOthersAfterTheLease(t *testing.T) {
+	ctx := context.Background()
+	db, s := sharedServers(t, 2, 300*time.Millisecond)
+	a, b := s[0].fs, s[1].fs
+	ino := sharedFile(t, s[0], "f", "data")
+
+	_, err := a.Open(ctx, Root, ino, syscall.O_RDONLY) // never closed: a dies
+	must(t, err)
+	must(t, b.Unlink(ctx, Root, meta.RootIno, "f"))
+	if !b.IsOpen(ino) {
+		t.Fatal("b does not see the file a holds open")
+	}
+	s[0].beats.Stop()
+	deadline := time.Now().Add(patience)
+	for b.IsOpen(ino) {
+		if time.Now().After(deadline) {
+			t.Fatal("the file of a dead server is still open to b")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := serverKeys(t, db, 'O', 1); n != 0 {
+		t.Fatalf("the dead server's %d open records are still there", n)
+	}
+}
