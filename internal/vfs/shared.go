@@ -144,16 +144,18 @@ func (p *sharedLocks) testOthers(ctx context.Context, ino Ino, l Lock) (Lock, bo
 
 // sharedOpens writes this server's open records.
 type sharedOpens struct {
-	// mu orders the writes: each writes whether the inode is open at the
-	// moment it holds mu, so the last one written is the truth.
-	mu sync.Mutex
+	// mu orders the writes of one inode's record (striped by inode
+	// number): each writes whether the inode is open at the moment it
+	// holds the mutex, so the last one written is the truth.
+	mu [64]sync.Mutex
 }
 
 // recordOpen writes whether this server holds ino open now, after an
 // open's first handle or a close's last. Shared servers only.
 func (fs *FS) recordOpen(ctx context.Context, ino Ino) error {
-	fs.sharedOpens.mu.Lock()
-	defer fs.sharedOpens.mu.Unlock()
+	mu := &fs.sharedOpens.mu[uint64(ino)%uint64(len(fs.sharedOpens.mu))]
+	mu.Lock()
+	defer mu.Unlock()
 	fs.mu.Lock()
 	open := fs.opens[ino] > 0
 	fs.mu.Unlock()
