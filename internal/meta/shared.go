@@ -18,6 +18,9 @@ import (
 //
 //	L<ino><server>   every lock server holds on ino (locks.Held, encoded)
 //	O<ino><server>   server holds ino open (empty value)
+//	S<ino><server>   the NFS share reservations of server's opens of ino:
+//	                 the union of their access bits, then of their deny
+//	                 bits (one byte each)
 //
 // A server writes only keys that end in its own id, so two servers never
 // write one key. A record of a server that alive reports dead is ignored,
@@ -27,8 +30,9 @@ import (
 // transactions: they must answer from memory, without waiting.
 
 const (
-	pLocks = 'L'
-	pOpen  = 'O'
+	pLocks  = 'L'
+	pOpen   = 'O'
+	pShares = 'S'
 )
 
 func serverInoKey(p byte, ino Ino, server uint64) []byte {
@@ -123,38 +127,103 @@ func othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64, alive fun
 // way. An empty held deletes self's record.
 func (s *Store) ShareLocks(ctx context.Context, ino Ino, self uint64, alive func(uint64) bool,
 	held locks.Held, blocked func(theirs locks.Held) bool) (bool, error) {
-	var ok bool
-	err := s.kv.Update(ctx, func(tx kv.Txn) error {
-		ok = false // fn may run again
-		var theirs locks.Held
-		err := othersOnIno(tx, tx, pLocks, ino, self, alive, func(_ uint64, v []byte) error {
-			return decodeHeld(&theirs, v)
-		})
-		if err != nil {
-			return err
-		}
-		// The check and the write are one transaction, and the scan above
-		// read the whole range L<ino>, the key this writes included. Two
-		// servers granting conflicting locks on ino at once each read the
-		// key the other writes: under SERIALIZABLE (PostgreSQL's SSI, or
-		// Pebble's single writer) they cannot both commit, so the second
-		// to commit either fails and runs again, seeing the first's lock,
-		// or was serialized after it and saw it here. At no time are two
-		// conflicting locks of two servers published.
-		if blocked != nil && blocked(theirs) {
-			return nil
-		}
-		ok = true
-		key := serverInoKey(pLocks, ino, self)
-		if held.Empty() {
-			return tx.Delete(key)
-		}
-		return tx.Set(key, encodeHeld(held))
-	})
+	var theirs locks.Held
+	var value []byte
+	if !held.Empty() {
+		value = encodeHeld(held)
+	}
+	ok, err := s.shareOnIno(ctx, pLocks, ino, self, alive, value,
+		func() { theirs = locks.Held{} },
+		func(v []byte) error { return decodeHeld(&theirs, v) },
+		func() bool { return blocked != nil && blocked(theirs) })
 	if err != nil {
 		return false, fmt.Errorf("share the locks on inode %d: %w", ino, err)
 	}
 	return ok, nil
+}
+
+// ShareReservations changes self's published NFS share reservations on
+// ino to access and deny (the unions over its opens), as ShareLocks does
+// locks: blocked (nil: never) is asked of the union of the live other
+// servers' reservations first, and if it reports true nothing of self's
+// is written. Both zero deletes self's record.
+func (s *Store) ShareReservations(ctx context.Context, ino Ino, self uint64, alive func(uint64) bool,
+	access, deny uint8, blocked func(access, deny uint8) bool) (bool, error) {
+	var theirAccess, theirDeny uint8
+	var value []byte
+	if access|deny != 0 {
+		value = []byte{access, deny}
+	}
+	ok, err := s.shareOnIno(ctx, pShares, ino, self, alive, value,
+		func() { theirAccess, theirDeny = 0, 0 },
+		func(v []byte) error {
+			if len(v) != 2 {
+				return fmt.Errorf("meta: corrupt share record of %d bytes: %w", len(v), syscall.EIO)
+			}
+			theirAccess |= v[0]
+			theirDeny |= v[1]
+			return nil
+		},
+		func() bool { return blocked != nil && blocked(theirAccess, theirDeny) })
+	if err != nil {
+		return false, fmt.Errorf("share the reservations on inode %d: %w", ino, err)
+	}
+	return ok, nil
+}
+
+// OthersReservations returns the union of the live other servers' share
+// reservations on ino.
+func (s *Store) OthersReservations(ctx context.Context, ino Ino, self uint64, alive func(uint64) bool) (access, deny uint8, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		access, deny = 0, 0
+		return othersOnIno(r, nil, pShares, ino, self, alive, func(_ uint64, v []byte) error {
+			if len(v) == 2 {
+				access |= v[0]
+				deny |= v[1]
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the other servers' share reservations on inode %d: %w", ino, err)
+	}
+	return access, deny, nil
+}
+
+// shareOnIno is one transaction that reads the records of the other live
+// servers under p for ino (reset, then fold for each), deletes those of
+// dead servers and, unless blocked then reports true, writes value as
+// self's record (nil: deletes it). It reports whether it wrote.
+func (s *Store) shareOnIno(ctx context.Context, p byte, ino Ino, self uint64, alive func(uint64) bool, value []byte,
+	reset func(), fold func(v []byte) error, blocked func() bool) (bool, error) {
+	var ok bool
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		ok = false // fn may run again
+		reset()
+		err := othersOnIno(tx, tx, p, ino, self, alive, func(_ uint64, v []byte) error { return fold(v) })
+		if err != nil {
+			return err
+		}
+		// The check and the write are one transaction, and the scan above
+		// read the whole range p<ino>, the key this writes included. Two
+		// servers taking conflicting locks (or reservations) on ino at
+		// once each read the key the other writes: under SERIALIZABLE
+		// (PostgreSQL's SSI, or Pebble's single writer) they cannot both
+		// commit, so the second to commit either fails and runs again,
+		// seeing the first's record, or was serialized after it and saw
+		// it here. At no time are two conflicting records of two live
+		// servers published.
+		if blocked() {
+			return nil
+		}
+		ok = true
+		key := serverInoKey(p, ino, self)
+		if value == nil {
+			return tx.Delete(key)
+		}
+		return tx.Set(key, value)
+	})
+	return ok, err
 }
 
 // OthersLocks returns the locks the live servers other than self publish
@@ -224,12 +293,12 @@ func (s *Store) OpenElsewhere(ctx context.Context, ino Ino, self uint64, alive f
 	return open, nil
 }
 
-// DropServerState deletes every lock and open record of server: for a
+// DropServerState deletes every lock, open and share record of server: for a
 // server that starts again under the id it had, whose clients' locks and
 // opens went with its last run.
 func (s *Store) DropServerState(ctx context.Context, server uint64) error {
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
-		for _, p := range []byte{pLocks, pOpen} {
+		for _, p := range []byte{pLocks, pOpen, pShares} {
 			var mine [][]byte
 			lo := []byte{p}
 			err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {

@@ -37,6 +37,7 @@ import (
 //	c/changes-trimmed           the time below which change records were deleted
 //	L<ino><server>              the locks one server's clients hold on ino (shared.go)
 //	O<ino><server>              one server holds ino open (shared.go)
+//	S<ino><server>              the NFS share reservations of one server's opens of ino (shared.go)
 //	H<server>                   a server's heartbeat (package heartbeat, until the server registry)
 const (
 	pInode    = 'i'

@@ -197,3 +197,44 @@ func (fs *FS) ForgetServer(ctx context.Context) error {
 	}
 	return fs.meta.DropServerState(ctx, fs.cfg.Liveness.Self())
 }
+
+// Shared reports whether this server shares its store with other servers
+// of the file system (Config.Liveness).
+func (fs *FS) Shared() bool { return fs.shared != nil }
+
+// ReserveShare is for an NFS OPEN with share access and deny bits
+// (OPEN4_SHARE_ACCESS_*, OPEN4_SHARE_DENY_*) on a shared server: unless a
+// live other server's opens of ino deny that access or hold access that
+// deny denies (then it reports false and writes nothing), it publishes
+// heldAccess and heldDeny, the unions over this server's opens of ino with
+// the new one, in the same transaction. Alone, it reports true.
+func (fs *FS) ReserveShare(ctx context.Context, ino Ino, access, deny, heldAccess, heldDeny uint32) (bool, error) {
+	if fs.shared == nil {
+		return true, nil
+	}
+	return fs.meta.ShareReservations(ctx, ino, fs.cfg.Liveness.Self(), fs.cfg.Liveness.Alive,
+		uint8(heldAccess), uint8(heldDeny), func(a, d uint8) bool {
+			return uint32(d)&access != 0 || uint32(a)&deny != 0
+		})
+}
+
+// PublishShares publishes heldAccess and heldDeny as this server's share
+// reservations on ino after some of its opens closed or were downgraded.
+func (fs *FS) PublishShares(ctx context.Context, ino Ino, heldAccess, heldDeny uint32) error {
+	if fs.shared == nil {
+		return nil
+	}
+	_, err := fs.meta.ShareReservations(ctx, ino, fs.cfg.Liveness.Self(), fs.cfg.Liveness.Alive,
+		uint8(heldAccess), uint8(heldDeny), nil)
+	return err
+}
+
+// DeniedElsewhere reports whether a live other server's opens of ino hold
+// a share deny with any of the bits of deny (I/O under a special stateid).
+func (fs *FS) DeniedElsewhere(ctx context.Context, ino Ino, deny uint32) (bool, error) {
+	if fs.shared == nil {
+		return false, nil
+	}
+	_, d, err := fs.meta.OthersReservations(ctx, ino, fs.cfg.Liveness.Self(), fs.cfg.Liveness.Alive)
+	return uint32(d)&deny != 0, err
+}
