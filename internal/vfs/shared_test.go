@@ -425,3 +425,47 @@ func TestAFileOpenOnADeadServerIsClosedToTheOthersAfterTheLease(t *testing.T) {
 		t.Fatalf("the dead server's %d open records are still there", n)
 	}
 }
+
+// NFS share reservations (the unions a server publishes per inode) refuse
+// a conflicting reservation through another server while their server
+// lives, and are ignored once its heartbeat has stopped for the lease.
+func TestADeadServersShareReservationsAreIgnoredAfterTheLease(t *testing.T) {
+	ctx := context.Background()
+	db, s := sharedServers(t, 2, 300*time.Millisecond)
+	a, b := s[0].fs, s[1].fs
+	ino := sharedFile(t, s[0], "f", "data")
+	const read, write = 1, 2 // OPEN4_SHARE_ACCESS_READ/WRITE, and the same deny bits
+
+	if ok, err := a.ReserveShare(ctx, ino, read, write, read, write); err != nil || !ok {
+		t.Fatalf("a's reservation = %v, %v", ok, err)
+	}
+	if ok, err := b.ReserveShare(ctx, ino, write, 0, write, 0); err != nil || ok {
+		t.Fatalf("b's write access beside a's deny of writes = %v, %v; want refused", ok, err)
+	}
+	if ok, err := b.ReserveShare(ctx, ino, read, read, read, read); err != nil || ok {
+		t.Fatalf("b's deny of reads beside a's read access = %v, %v; want refused", ok, err)
+	}
+	if denied, err := b.DeniedElsewhere(ctx, ino, write); err != nil || !denied {
+		t.Fatalf("DeniedElsewhere(write) through b = %v, %v; want denied", denied, err)
+	}
+	if ok, err := b.ReserveShare(ctx, ino, read, 0, read, 0); err != nil || !ok {
+		t.Fatalf("b's read access beside a's reservation = %v, %v; want granted", ok, err)
+	}
+
+	s[0].beats.Stop()
+	deadline := time.Now().Add(patience)
+	for {
+		ok, err := b.ReserveShare(ctx, ino, write, 0, read|write, 0)
+		must(t, err)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's reservation still binds b long after a's heartbeat stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := serverKeys(t, db, 'S', 1); n != 0 {
+		t.Fatalf("the dead server's %d share records are still there", n)
+	}
+}
