@@ -44,6 +44,19 @@
 // dropped first, so a failed or cancelled conversion leaves the owner with
 // no flock lock. flock waits take no part in deadlock detection.
 //
+// # Several servers
+//
+// When several servers serve one file system, each has its own Table for
+// its own clients' owners, and [Table.Peers] connects it to the others:
+// a request no local lock blocks is granted only if [Peers.Grant] finds no
+// lock of another live server that it conflicts with ([Excludes]), and
+// every release is told to [Peers.Release]. The package itself stores
+// nothing; package vfs keeps the servers' locks in the shared kv store. A
+// waiter blocked by another server's lock asks again every [Peers.Retry],
+// and sooner when the locks on its inode change here. Deadlock detection
+// sees only this Table's owners: a cycle through another server's owners
+// is not found, and its waits end with their contexts.
+//
 // # Invariants
 //
 //   - The table's mutex is never held while a goroutine blocks. A waiter

@@ -29,6 +29,7 @@ func (t *Table) Flock(ctx context.Context, ino uint64, owner Owner, kind Kind, w
 				return nil
 			}
 			delete(in.flocks, owner)
+			t.published(ctx, ino, in)
 			in.wake()
 		}
 		if kind == Unlock {
@@ -38,36 +39,48 @@ func (t *Table) Flock(ctx context.Context, ino uint64, owner Owner, kind Kind, w
 	if kind == Unlock {
 		return nil
 	}
-	grant := func() bool { return t.tryFlock(ino, owner, kind) }
-	if grant() {
-		return nil
+	grant := func() (outcome, error) { return t.tryFlock(ctx, ino, owner, kind) }
+	got, err := grant()
+	if err == nil && got != granted && !wait {
+		err = ErrWouldBlock
 	}
-	if !wait {
+	if err == nil && got != granted {
+		err = t.block(ctx, ino, grant, nil)
+	}
+	if err != nil {
 		if in := t.lookup(ino, false); in != nil {
 			t.forgetIfIdle(ino, in) // A conversion may have emptied it.
 		}
-		return fmt.Errorf("locks: flock %v on inode %d: %w", kind, ino, ErrWouldBlock)
-	}
-	if err := t.block(ctx, ino, grant, nil); err != nil {
 		return fmt.Errorf("locks: flock %v on inode %d: %w", kind, ino, err)
 	}
 	return nil
 }
 
-// tryFlock takes the flock lock if no other owner holds a conflicting one
-// and reports whether it did. Requires t.mu.
-func (t *Table) tryFlock(ino uint64, owner Owner, kind Kind) bool {
+// tryFlock takes the flock lock if no other owner holds a conflicting one,
+// here or (through t.Peers) on another server, and reports what stopped it
+// if not. Requires t.mu.
+func (t *Table) tryFlock(ctx context.Context, ino uint64, owner Owner, kind Kind) (outcome, error) {
 	in := t.lookup(ino, true)
 	for o, k := range in.flocks {
 		if o != owner && (k == Write || kind == Write) {
-			return false
+			return blockedHere, nil
+		}
+	}
+	if t.Peers != nil {
+		held := in.held()
+		req := Lock{Start: 0, End: ToEOF, Kind: kind, Owner: owner}
+		held.Flocks = append(slices.DeleteFunc(held.Flocks, func(x Lock) bool { return x.Owner == owner }), req)
+		slices.SortFunc(held.Flocks, compareLocks)
+		ok, err := t.Peers.Grant(ctx, ino, req, true, held)
+		if err != nil || !ok {
+			return blockedElsewhere, err
 		}
 	}
 	if in.flocks == nil {
 		in.flocks = make(map[Owner]Kind)
 	}
 	in.flocks[owner] = kind
-	return true
+	return granted, nil
 }
 
 // HeldFlocks returns the flock locks on ino as whole-file Locks (Start 0,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Table holds the record and flock locks of many inodes, keyed by inode
@@ -23,6 +24,10 @@ type Table struct {
 	// testHookSleep, if set, is called without mu held each time a waiter
 	// is about to block. Tests use it to know a waiter is asleep.
 	testHookSleep func(ino uint64)
+
+	// Peers, if set, are the other servers sharing the file system (see
+	// Peers). Set it before the first use; nil: this Table is alone.
+	Peers Peers
 }
 
 // inode is the lock state of one inode. All fields require Table.mu.
@@ -115,33 +120,54 @@ func (t *Table) Set(ino uint64, l Lock) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.trySet(ino, l) {
+	switch got, err := t.trySet(context.Background(), ino, l); {
+	case err != nil:
+		return fmt.Errorf("locks: set %v on inode %d: %w", l, ino, err)
+	case got != granted:
 		return fmt.Errorf("locks: set %v on inode %d: %w", l, ino, ErrWouldBlock)
 	}
 	return nil
 }
 
-// trySet applies l if nothing conflicts and reports whether it did.
-// Requires t.mu.
-func (t *Table) trySet(ino uint64, l Lock) bool {
+// trySet applies l if nothing conflicts, here or (through t.Peers) on
+// another server, and reports what stopped it if not. An error from the
+// Peers leaves the table as it was. Requires t.mu.
+func (t *Table) trySet(ctx context.Context, ino uint64, l Lock) (outcome, error) {
 	in := t.lookup(ino, false)
 	if in == nil {
 		if l.Kind == Unlock {
-			return true
+			return granted, nil
 		}
 		in = t.lookup(ino, true)
 	}
 	if l.Kind != Unlock {
 		if _, blocked := firstConflict(in.records, l); blocked {
-			return false
+			t.forgetIfIdle(ino, in)
+			return blockedHere, nil
 		}
 	}
-	in.records = apply(in.records, l)
+	records := apply(in.records, l)
+	if t.Peers != nil && l.Kind != Unlock {
+		held := in.held()
+		held.Records = slices.Clone(records)
+		ok, err := t.Peers.Grant(ctx, ino, l, false, held)
+		if err != nil || !ok {
+			t.forgetIfIdle(ino, in)
+			return blockedElsewhere, err
+		}
+	}
+	if l.Kind == Unlock && slices.Equal(records, in.records) {
+		return granted, nil // nothing of the owner's was in the range
+	}
+	in.records = records
+	if l.Kind == Unlock {
+		t.published(ctx, ino, in)
+	}
 	// Any change may unblock someone (a release, a downgrade) or give a
 	// waiter a new blocker to check for deadlock, so wake them all.
 	in.wake()
 	t.forgetIfIdle(ino, in)
-	return true
+	return granted, nil
 }
 
 // Wait is Set that blocks: it waits until l can be granted, then applies it.
@@ -156,14 +182,18 @@ func (t *Table) Wait(ctx context.Context, ino uint64, l Lock) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.trySet(ino, l) {
+	first, err := t.trySet(ctx, ino, l)
+	if err != nil {
+		return fmt.Errorf("locks: wait for %v on inode %d: %w", l, ino, err)
+	}
+	if first == granted {
 		return nil
 	}
 	w := &waiter{ino: ino, lock: l}
 	t.addWaiter(w)
 	defer t.removeWaiter(w)
-	err := t.block(ctx, ino,
-		func() bool { return t.trySet(ino, l) },
+	err = t.block(ctx, ino,
+		func() (outcome, error) { return t.trySet(ctx, ino, l) },
 		func() bool { return t.deadlocked(w) })
 	if err != nil {
 		return fmt.Errorf("locks: wait for %v on inode %d: %w", l, ino, err)
@@ -171,11 +201,13 @@ func (t *Table) Wait(ctx context.Context, ino uint64, l Lock) error {
 	return nil
 }
 
-// block sleeps until grant succeeds, ctx is done or deadlocked reports true
-// (nil: never). It checks deadlocked before every sleep, since the owners
-// blocking a request change as locks come and go. Requires t.mu, which it
+// block sleeps until grant succeeds, grant fails, ctx is done or
+// deadlocked reports true (nil: never). It checks deadlocked before every
+// sleep, since the owners blocking a request change as locks come and go.
+// A request blocked by another server's lock is tried again after
+// Peers.Retry, or sooner if the locks here change. Requires t.mu, which it
 // releases while asleep and holds again when it returns.
-func (t *Table) block(ctx context.Context, ino uint64, grant, deadlocked func() bool) error {
+func (t *Table) block(ctx context.Context, ino uint64, grant func() (outcome, error), deadlocked func() bool) error {
 	in := t.lookup(ino, true)
 	in.waiters++
 	defer func() {
@@ -185,22 +217,39 @@ func (t *Table) block(ctx context.Context, ino uint64, grant, deadlocked func() 
 	for {
 		// The inode cannot be forgotten while in.waiters > 0, so in stays
 		// the entry for ino across sleeps.
-		if grant() {
+		got, err := grant()
+		if err != nil {
+			return err
+		}
+		if got == granted {
 			return nil
 		}
 		if deadlocked != nil && deadlocked() {
 			return ErrDeadlock
 		}
 		changed := in.signal()
+		var retry *time.Timer
+		var retried <-chan time.Time
+		if got == blockedElsewhere {
+			retry = time.NewTimer(t.Peers.Retry())
+			retried = retry.C
+		}
 		t.mu.Unlock()
 		if t.testHookSleep != nil {
 			t.testHookSleep(ino)
 		}
+		var done bool
 		select {
 		case <-changed:
-			t.mu.Lock()
+		case <-retried:
 		case <-ctx.Done():
-			t.mu.Lock()
+			done = true
+		}
+		if retry != nil {
+			retry.Stop()
+		}
+		t.mu.Lock()
+		if done {
 			return ctx.Err()
 		}
 	}
@@ -309,6 +358,7 @@ func (t *Table) release(ino uint64, in *inode, match func(Owner) bool) {
 		in.flocks = nil
 	}
 	if changed {
+		t.published(context.Background(), ino, in)
 		in.wake()
 	}
 	t.forgetIfIdle(ino, in)

@@ -48,6 +48,9 @@ import (
 //	c/flush/asked, c/flush/done flushes asked of the lease holder, and done (servers.go)
 //	w<object key>               an event's key handed to the lease holder (servers.go)
 //	a<dir ino>                  a directory used through some server, for the holder's poller (servers.go)
+//	P<ino><server>              the locks one server's clients hold on ino (shared.go)
+//	O<ino><server>              one server holds ino open (shared.go)
+//	S<ino><server>              the NFS share reservations of one server's opens of ino (shared.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'

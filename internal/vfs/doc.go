@@ -2,6 +2,9 @@
 // data in package tier and the objects in the bucket. The FUSE and NFS front
 // ends are thin adapters onto this API: every permission check, every
 // decision about where a read is served from, and every lock lives here.
+// When several servers share one store (Config.Liveness), each publishes
+// its locks, opens and NFS share reservations there for the others
+// (shared.go).
 //
 // # Reads
 //

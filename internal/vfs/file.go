@@ -204,7 +204,16 @@ func (fs *FS) open(ctx context.Context, c Cred, in *meta.Inode, flags uint32) (*
 	// while the open prepares it.
 	fs.mu.Lock()
 	fs.opens[in.Ino]++
+	first := fs.opens[in.Ino] == 1
 	fs.mu.Unlock()
+	if first && fs.cfg.Liveness != nil {
+		// Recorded before the open returns, so that no other server
+		// reclaims the file while this handle may read it.
+		if err := fs.recordOpen(ctx, in.Ino); err != nil {
+			h.Release(ctx)
+			return nil, err
+		}
+	}
 	if in.IsRegular() {
 		if err := fs.prepare(ctx, c, in, h); err != nil {
 			h.Release(ctx)
@@ -483,6 +492,12 @@ func (h *Handle) Release(ctx context.Context) {
 		delete(fs.opens, h.ino)
 	}
 	fs.mu.Unlock()
+	if last && fs.cfg.Liveness != nil {
+		if err := fs.recordOpen(ctx, h.ino); err != nil {
+			// The record stays: the other servers keep the data longer.
+			fs.log.Warn("record a last close for the other servers", "ino", h.ino, "err", err)
+		}
+	}
 	if last {
 		if in, err := fs.meta.Get(ctx, h.ino); err == nil {
 			fs.reclaim(&in)

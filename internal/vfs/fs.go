@@ -79,6 +79,15 @@ type Config struct {
 	// ReadOnly refuses every change with EROFS (see writable).
 	ReadOnly bool
 	Logger   *slog.Logger
+
+	// Liveness, when set, says this server shares its store with other
+	// servers of the file system, and which of them are alive: locks and
+	// opens then hold across servers (shared.go). nil: this server is
+	// alone, and keeps its locks and opens in memory only.
+	Liveness Liveness
+	// SharedLockRetry is how often a lock wait blocked by another server's
+	// lock asks again (0: DefaultSharedLockRetry).
+	SharedLockRetry time.Duration
 }
 
 // FS is one mounted file system. It is safe for concurrent use.
@@ -90,6 +99,9 @@ type FS struct {
 	cfg    Config
 	log    *slog.Logger
 	locks  locks.Table
+	shared *sharedLocks // the locks.Table's Peers; nil when alone
+
+	sharedOpens sharedOpens // orders the writes of open records (shared.go)
 
 	mu    sync.Mutex
 	opens map[Ino]int       // open handles per inode
@@ -106,7 +118,9 @@ func New(m *meta.Store, b *bucket.Client, l Lister, cfg Config) *FS {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &FS{meta: m, bucket: b, lister: l, cfg: cfg, log: cfg.Logger, opens: map[Ino]int{}}
+	fs := &FS{meta: m, bucket: b, lister: l, cfg: cfg, log: cfg.Logger, opens: map[Ino]int{}}
+	fs.enableSharing()
+	return fs
 }
 
 // LastUse returns when ino's data was last read or written (unix ns; 0 if
@@ -116,12 +130,14 @@ func (fs *FS) LastUse(ino Ino) int64 { return fs.used.LastUse(uint64(ino)) }
 // Meta returns the namespace store.
 func (fs *FS) Meta() *meta.Store { return fs.meta }
 
-// IsOpen reports whether any handle holds ino open. The exporter keeps an
+// IsOpen reports whether any handle holds ino open, on this server or,
+// with Config.Liveness, on another live one. The exporter keeps an
 // unlinked inode's data while it is open.
 func (fs *FS) IsOpen(ino Ino) bool {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.opens[ino] > 0
+	open := fs.opens[ino] > 0
+	fs.mu.Unlock()
+	return open || fs.openElsewhere(ino)
 }
 
 func (fs *FS) now() int64 { return time.Now().UnixNano() }

@@ -20,9 +20,14 @@ const (
 	LockUnlock = locks.Unlock
 )
 
-// TestLock returns a lock that conflicts with l, if any (F_GETLK).
-func (fs *FS) TestLock(ino Ino, l Lock) (Lock, bool) {
-	return fs.locks.Test(uint64(ino), l)
+// TestLock returns a lock that conflicts with l, if any (F_GETLK): the
+// lowest of this server's owners', else, with Config.Liveness, the lowest
+// of another live server's.
+func (fs *FS) TestLock(ctx context.Context, ino Ino, l Lock) (Lock, bool, error) {
+	if c, ok := fs.locks.Test(uint64(ino), l); ok || fs.shared == nil || l.Kind == locks.Unlock || l.Start > l.End {
+		return c, ok, nil
+	}
+	return fs.shared.testOthers(ctx, ino, l)
 }
 
 // SetLock sets or releases a byte-range lock, waiting for conflicting

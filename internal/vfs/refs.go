@@ -58,21 +58,27 @@ func (fs *FS) Forget(ctx context.Context, ino Ino, n uint64) {
 
 // reclaimLater reports whether ino is open or referenced by a front end; if
 // it is referenced, its reclaim is left to the last Forget.
+// Open on another live server (Config.Liveness) counts too: the data is
+// in the shared store, and that server reclaims it at its last close.
 func (fs *FS) reclaimLater(ino Ino) bool {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	r, ok := fs.refs[ino]
 	if ok {
 		fs.refs[ino] = r | reclaimBit
 	}
-	return ok || fs.opens[ino] > 0
+	later := ok || fs.opens[ino] > 0
+	fs.mu.Unlock()
+	return later || fs.openElsewhere(ino)
 }
 
 // InUse reports whether ino is open or still referenced by a front end,
 // which may open it by number: the exporter keeps such an unlinked inode.
+// With Config.Liveness, an open on another live server counts; another
+// server's front-end references do not (they are not recorded).
 func (fs *FS) InUse(ino Ino) bool {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	_, ref := fs.refs[ino]
-	return ref || fs.opens[ino] > 0
+	used := ref || fs.opens[ino] > 0
+	fs.mu.Unlock()
+	return used || fs.openElsewhere(ino)
 }

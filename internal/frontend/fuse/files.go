@@ -248,7 +248,10 @@ func lockOf(in *fuse.LkIn) locks.Lock {
 }
 
 func (s *server) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
-	c, ok := s.fs.TestLock(s.ino(in.NodeId), lockOf(in))
+	c, ok, err := s.fs.TestLock(anySignal{Context: context.Background(), done: cancel}, s.ino(in.NodeId), lockOf(in))
+	if err != nil {
+		return status(err)
+	}
 	if !ok {
 		out.Lk.Typ = syscall.F_UNLCK
 		return fuse.OK

@@ -1,6 +1,7 @@
 package nfs4
 
 import (
+	"context"
 	"errors"
 	"math"
 
@@ -38,10 +39,10 @@ func lockKind(t nfsv4.NfsLockType4) (locks.Kind, bool) {
 }
 
 // denied describes the lock that conflicts with l.
-func (s *Server) denied(ino vfs.Ino, l locks.Lock) nfsv4.Lock4denied {
-	c, ok := s.fs.TestLock(ino, l)
-	if !ok {
-		c = l // released meanwhile; report the request's own range
+func (s *Server) denied(ctx context.Context, ino vfs.Ino, l locks.Lock) nfsv4.Lock4denied {
+	c, ok, err := s.fs.TestLock(ctx, ino, l)
+	if err != nil || !ok {
+		c = l // released meanwhile (or unknown); report the request's own range
 	}
 	d := nfsv4.Lock4denied{Offset: c.Start, Length: math.MaxUint64, Locktype: nfsv4.WRITE_LT}
 	if c.End != locks.ToEOF {
@@ -119,7 +120,7 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
 		q.dropFresh(ls, fresh)
 		if errors.Is(err, locks.ErrWouldBlock) {
-			return &nfsv4.Lock4res_NFS4ERR_DENIED{Denied: q.s.denied(ls.ino, l)}
+			return &nfsv4.Lock4res_NFS4ERR_DENIED{Denied: q.s.denied(q.ctx, ls.ino, l)}
 		}
 		return fail(statusOf(err))
 	}
@@ -220,8 +221,11 @@ func (q *request) lockt(a *nfsv4.Lockt4args) nfsv4.Lockt4res {
 	}
 	t.mu.Unlock()
 	l.Owner = owner
-	if _, conflict := q.s.fs.TestLock(q.cur, l); conflict {
-		return &nfsv4.Lockt4res_NFS4ERR_DENIED{Denied: q.s.denied(q.cur, l)}
+	switch _, conflict, err := q.s.fs.TestLock(q.ctx, q.cur, l); {
+	case err != nil:
+		return fail(statusOf(err))
+	case conflict:
+		return &nfsv4.Lockt4res_NFS4ERR_DENIED{Denied: q.s.denied(q.ctx, q.cur, l)}
 	}
 	return fail(nfsv4.NFS4_OK)
 }

@@ -127,7 +127,7 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 		return fail(nfsv4.NFS4ERR_NOTSUPP) // delegations are never granted
 	}
 
-	sid, confirm, st := q.s.addOpen(oo, ino, access, deny, h)
+	sid, confirm, st := q.s.addOpen(q.ctx, oo, ino, access, deny, h)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
@@ -295,8 +295,28 @@ func (q *request) openCreate(name string, access uint32, how nfsv4.Createhow4) (
 
 // addOpen records an open of ino by oo with handle h: a new open state, or
 // an upgrade of the owner's existing one. Share reservations of other
-// owners are checked. It reports whether a 4.0 owner must confirm.
-func (s *Server) addOpen(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs.Handle) (nfsv4.Stateid4, bool, nfsv4.Nfsstat4) {
+// owners are checked, those of the other servers' owners too when the
+// file system is shared (shares.go). It reports whether a 4.0 owner must
+// confirm.
+func (s *Server) addOpen(ctx context.Context, oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs.Handle) (nfsv4.Stateid4, bool, nfsv4.Nfsstat4) {
+	if !s.fs.Shared() {
+		return s.addOpenHere(oo, ino, access, deny, h)
+	}
+	s.shares.mu.Lock()
+	defer s.shares.mu.Unlock()
+	if st := s.reserveShares(ctx, ino, access, deny); st != nfsv4.NFS4_OK {
+		h.Release(context.Background())
+		return nfsv4.Stateid4{}, false, st
+	}
+	sid, confirm, st := s.addOpenHere(oo, ino, access, deny, h)
+	if st != nfsv4.NFS4_OK {
+		s.republishSharesLocked(ino) // what was reserved for it
+	}
+	return sid, confirm, st
+}
+
+// addOpenHere is addOpen among this server's owners.
+func (s *Server) addOpenHere(oo *openOwner, ino vfs.Ino, access, deny uint32, h *vfs.Handle) (nfsv4.Stateid4, bool, nfsv4.Nfsstat4) {
 	t := s.state
 	t.mu.Lock()
 	if t.clients[oo.client.id] != oo.client {
@@ -372,6 +392,15 @@ func (q *request) openConfirm(a *nfsv4.OpenConfirm4args) nfsv4.OpenConfirm4res {
 }
 
 func (q *request) openDowngrade(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade4res {
+	res := q.openDowngradeHere(a)
+	if _, ok := res.(*nfsv4.OpenDowngrade4res_NFS4_OK); ok {
+		q.s.republishShares(q.cur)
+	}
+	return res
+}
+
+// openDowngradeHere is OPEN_DOWNGRADE of the open state.
+func (q *request) openDowngradeHere(a *nfsv4.OpenDowngrade4args) nfsv4.OpenDowngrade4res {
 	fail := func(st nfsv4.Nfsstat4) nfsv4.OpenDowngrade4res { return &nfsv4.OpenDowngrade4res_default{Status: st} }
 	if st := q.needFH(); st != nfsv4.NFS4_OK {
 		return fail(st)

@@ -85,6 +85,9 @@ type Server struct {
 	// a record removed and one written for the same owner land in the
 	// order they were decided.
 	recordMu sync.Mutex
+	// shares are the share reservations published for the other servers
+	// of a shared file system (shares.go).
+	shares shareTable
 
 	inflight chan struct{} // server-wide request slots
 

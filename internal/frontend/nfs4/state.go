@@ -308,11 +308,14 @@ func (s *Server) releaseClient(id uint64, opens []*openState) {
 // otherwise (unref).
 func (s *Server) releaseOpens(opens []*openState) {
 	var hs []*vfs.Handle
+	inos := make([]vfs.Ino, 0, len(opens))
 	s.state.mu.Lock()
 	for _, o := range opens {
 		hs = append(hs, o.takeHandles()...)
+		inos = append(inos, o.ino)
 	}
 	s.state.mu.Unlock()
+	s.republishShares(inos...)
 	for _, h := range hs {
 		h.Release(context.Background())
 	}

@@ -1,6 +1,7 @@
 package nfs4
 
 import (
+	"context"
 	"encoding/binary"
 	"syscall"
 
@@ -212,15 +213,29 @@ func (s *Server) specialIO(ino vfs.Ino, sid nfsv4.Stateid4, write bool) nfsv4.Nf
 	if !write && sid.Other == bypassOther {
 		return nfsv4.NFS4_OK
 	}
+	deny := uint32(nfsv4.OPEN4_SHARE_DENY_READ)
+	if write {
+		deny = nfsv4.OPEN4_SHARE_DENY_WRITE
+	}
+	if st := s.deniedHere(ino, deny); st != nfsv4.NFS4_OK {
+		return st
+	}
+	switch denied, err := s.fs.DeniedElsewhere(context.Background(), ino, deny); {
+	case err != nil:
+		return statusOf(err)
+	case denied:
+		return nfsv4.NFS4ERR_LOCKED
+	}
+	return nfsv4.NFS4_OK
+}
+
+// deniedHere is specialIO's check among this server's opens.
+func (s *Server) deniedHere(ino vfs.Ino, deny uint32) nfsv4.Nfsstat4 {
 	t := s.state
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.noNewState(); st != nfsv4.NFS4_OK {
 		return st
-	}
-	deny := uint32(nfsv4.OPEN4_SHARE_DENY_READ)
-	if write {
-		deny = nfsv4.OPEN4_SHARE_DENY_WRITE
 	}
 	for _, o := range t.opensByIno[ino] {
 		if o.deny&deny != 0 {

@@ -1,0 +1,73 @@
+package meta
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"bucketfs/internal/locks"
+)
+
+// What one server publishes of its locks, the others read back as it was
+// (record and flock locks, owners, pids, a range to EOF); a dead server's
+// records are left out, and deleted by the next transaction that shares
+// locks on the inode; DropServerState forgets a server's locks and opens.
+func TestPublishedLocksReadBackWholeAndADeadServersAreDropped(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	a, b := twoLoggingServers(t, &now)
+	alive := map[uint64]bool{1: true, 2: true, 3: true}
+	isAlive := func(s uint64) bool { return alive[s] }
+	held := locks.Held{
+		Records: []locks.Lock{
+			{Start: 0, End: 9, Kind: locks.Read, Owner: locks.Owner{ID: 7, Client: 3}, Pid: 1234},
+			{Start: 100, End: locks.ToEOF, Kind: locks.Write, Owner: locks.Owner{ID: 1 << 60}, Pid: 1<<32 - 1},
+		},
+		Flocks: []locks.Lock{{Start: 0, End: locks.ToEOF, Kind: locks.Write, Owner: locks.Owner{ID: 9}}},
+	}
+	if ok, err := a.ShareLocks(ctx, 42, 1, isAlive, held, nil); err != nil || !ok {
+		t.Fatalf("ShareLocks = %v, %v", ok, err)
+	}
+	if ok, err := a.ShareLocks(ctx, 43, 3, isAlive, held, nil); err != nil || !ok { // server 3, soon dead
+		t.Fatalf("ShareLocks = %v, %v", ok, err)
+	}
+	got, err := b.OthersLocks(ctx, 42, 2, isAlive)
+	if err != nil || !slices.Equal(got.Records, held.Records) || !slices.Equal(got.Flocks, held.Flocks) {
+		t.Fatalf("OthersLocks = %+v, %v; want %+v", got, err, held)
+	}
+	if got, _ := b.OthersLocks(ctx, 42, 1, isAlive); !got.Empty() {
+		t.Fatalf("a server's own locks are counted as another's: %+v", got)
+	}
+	blocked := func(theirs locks.Held) bool { return !theirs.Empty() }
+	if ok, err := b.ShareLocks(ctx, 43, 2, isAlive, held, blocked); err != nil || ok {
+		t.Fatalf("ShareLocks over a live server's locks = %v, %v; want refused", ok, err)
+	}
+	alive[3] = false
+	if ok, err := b.ShareLocks(ctx, 43, 2, isAlive, held, blocked); err != nil || !ok {
+		t.Fatalf("ShareLocks over a dead server's locks = %v, %v; want granted", ok, err)
+	}
+	alive[3] = true // back under the same id: its old records are gone
+	if got, _ := a.OthersLocks(ctx, 43, 1, isAlive); len(got.Records) != 2 || len(got.Flocks) != 1 {
+		t.Fatalf("inode 43 holds %+v; want only server 2's locks", got)
+	}
+
+	if err := a.MarkOpen(ctx, 42, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if open, err := b.OpenElsewhere(ctx, 42, 2, isAlive); err != nil || !open {
+		t.Fatalf("OpenElsewhere = %v, %v; want open", open, err)
+	}
+	if err := a.DropServerState(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := b.OpenElsewhere(ctx, 42, 2, isAlive); open {
+		t.Fatal("the dropped server's open is still seen")
+	}
+	if got, _ := b.OthersLocks(ctx, 42, 2, isAlive); !got.Empty() {
+		t.Fatalf("the dropped server's locks are still seen: %+v", got)
+	}
+	if got, _ := a.OthersLocks(ctx, 43, 1, isAlive); got.Empty() {
+		t.Fatal("dropping server 1 dropped server 2's locks")
+	}
+}
