@@ -157,6 +157,7 @@ type options struct {
 	uid, gid                                        ownerID
 	fileMode, dirMode                               fileMode
 	readOnly, trustConditional                      bool
+	meta, metaSchema                                string
 }
 
 func defaultStateDir() string {
@@ -176,6 +177,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "state directory (metadata, tier, embedded store)")
 	fs.StringVar(&o.bucketURL, "bucket", "", "bucket as s3://NAME[/PREFIX]; empty runs the embedded store")
 	fs.StringVar(&o.endpoint, "endpoint", "", "S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+	fs.StringVar(&o.meta, "meta", "", "PostgreSQL URL (postgres://USER@HOST/DB?sslmode=...) of a metadata store shared by several servers of one file system; empty: a local store in the state directory")
+	fs.StringVar(&o.metaSchema, "meta-schema", "bucketfs", "schema of --meta that holds this file system (one per file system)")
 	durationVar(fs, &o.exportDelay, "export-delay", 60*time.Second, "", "quiet period before a changed file is exported")
 	fs.Var(&o.importThreshold, "import-threshold", "files smaller than this are copied into the tier on first access")
 	fs.Var(&o.directRead, "direct-read-size", "files at least this large are streamed from the bucket")
@@ -225,6 +228,7 @@ func (o *options) engineConfig(log *slog.Logger) (engine.Config, error) {
 		TierCapacity: int64(o.tierCap), S3Listen: o.s3Listen, Logger: log,
 		PollInterval: orNever(o.pollInterval), RevalidateTTL: orNever(o.revalTTL), CheckpointInterval: orNever(o.checkpoint),
 		MetricsListen: o.metricsListen, ReadOnly: o.readOnly, TrustConditionalWrites: o.trustConditional,
+		Meta: o.meta, MetaSchema: o.metaSchema,
 		Defaults: &meta.Defaults{Uid: uint32(o.uid), Gid: uint32(o.gid), FileMode: uint32(o.fileMode), DirMode: uint32(o.dirMode)}}
 	cert, err := o.certificate()
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
 	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/postgres"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	bsync "bucketfs/internal/sync"
@@ -124,6 +125,13 @@ type Config struct {
 	// engine does not close it. With it, the bucket must be external
 	// (Bucket), the same for every engine.
 	KV kv.Store
+	// Meta, if set, is a PostgreSQL URL (libpq form: postgres://user@host/db
+	// ?sslmode=...; password from the URL, PGPASSWORD or ~/.pgpass) whose
+	// database holds the metadata and file data in schema MetaSchema
+	// (default "bucketfs"), shared by every server given the same URL: the
+	// engine opens it (Shared is implied) and closes it. It needs an
+	// external bucket, as KV does.
+	Meta, MetaSchema string
 	// LeaseTime is how long the sync lease (see leader.go) lasts without
 	// a renewal: a server that holds it and stops renewing is replaced
 	// after about this long (default 10s; renewed every quarter of it).
@@ -145,7 +153,8 @@ type Engine struct {
 	Exporter *bsync.Exporter
 	FS       *vfs.FS
 
-	ownKV         bool        // KV was opened here (not Config.KV): Close closes it
+	ownKV         bool        // KV is this engine's own Pebble store: no other server uses it
+	closeKV       bool        // KV was opened here (not Config.KV): Close closes it
 	leader        *leadership // the registry and the sync lease (leader.go)
 	stop          context.CancelFunc
 	wg            gosync.WaitGroup
@@ -207,8 +216,11 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("engine: no state directory")
 	}
-	if cfg.KV != nil && cfg.Bucket == "" {
-		return nil, errors.New("engine: a shared metadata store needs an external bucket, shared too")
+	if (cfg.KV != nil || cfg.Meta != "") && cfg.Bucket == "" {
+		return nil, errors.New("a shared metadata store needs an external bucket, shared too (--bucket s3://NAME): the embedded store lives on one server")
+	}
+	if cfg.Meta != "" {
+		cfg.Shared = true
 	}
 	// The embedded store changes the process working directory: make every
 	// path absolute first.
@@ -265,16 +277,30 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if err := e.Bucket.CheckVersioning(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.KV != nil {
+	switch {
+	case cfg.KV != nil:
 		e.KV = cfg.KV
-	} else {
+	case cfg.Meta != "":
+		// Commits are visible at once and made durable by Sync (fsync,
+		// NFS COMMIT, every checkpoint, before each export), as on
+		// Pebble: see postgres.Options.AsyncCommit.
+		if e.KV, err = postgres.Open(ctx, cfg.Meta, postgres.Options{Schema: cfg.MetaSchema, AsyncCommit: true}); err != nil {
+			return nil, fmt.Errorf("metadata store: %w", err)
+		}
+		e.closeKV = true
+	default:
 		if e.KV, err = kvpebble.Open(filepath.Join(cfg.StateDir, "meta"), kvpebble.Options{FS: cfg.MetaFS}); err != nil {
 			return nil, err
 		}
-		e.ownKV = true
+		e.ownKV, e.closeKV = true, true
 	}
 	if cfg.WrapKV != nil {
 		e.KV = cfg.WrapKV(e.KV)
+	}
+	// One id names this server in the registry, the change log and the
+	// records of its locks and opens.
+	if e.leader, err = newLeadership(e, e.ownKV); err != nil {
+		return nil, err
 	}
 	kept := func(ino meta.Ino, name string) {
 		if e.Importer != nil { // set before the file system serves
@@ -282,7 +308,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		}
 	}
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
-		Defaults: cfg.Defaults, ChangeLog: cfg.Shared,
+		Defaults: cfg.Defaults, ChangeLog: cfg.Shared, Server: e.leader.selfID(),
 		Bucket: "s3://" + e.Bucket.Name() + "/" + e.Bucket.Prefix()}); err != nil {
 		return nil, err
 	}
@@ -326,7 +352,11 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		revalidate = 0
 	}
 	limit := max(cfg.TierCapacity, 0)
-	e.FS = vfs.New(e.Meta, e.Bucket, e.Importer, vfs.Config{
+	var liveness vfs.Liveness
+	if cfg.Shared {
+		liveness = e.leader // locks, opens and shares hold across servers
+	}
+	e.FS = vfs.New(e.Meta, e.Bucket, e.Importer, vfs.Config{Liveness: liveness,
 		ImportThreshold: cfg.ImportThreshold, DirectReadSize: cfg.DirectReadSize,
 		RevalidateTTL: revalidate, Logger: e.log,
 		TierLimits: meta.Limits{Dirty: limit, Total: limit},
@@ -335,9 +365,6 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	e.Exporter = bsync.NewExporter(e.Meta, e.Bucket, e.Importer, bsync.ExporterConfig{
 		Poll: poll, PartSize: cfg.PartSize, IsOpen: e.FS.InUse, Locks: locks, Logger: e.log,
 		HoldWrites: e.FS.HoldWrites})
-	if e.leader, err = newLeadership(e, e.ownKV); err != nil {
-		return nil, err
-	}
 	return e, nil
 }
 
@@ -489,7 +516,7 @@ func (e *Engine) Close() error {
 		if e.Meta != nil {
 			errs = append(errs, e.Meta.Sync(context.Background()))
 		}
-		if e.ownKV {
+		if e.closeKV {
 			errs = append(errs, e.KV.Close())
 		}
 	}

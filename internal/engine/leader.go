@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -50,6 +51,10 @@ type leadership struct {
 	seen  meta.Lease  // the lease record as last seen
 	since time.Time   // when it was first seen so (monotonic)
 	peers map[string]observed
+	// asked holds the servers Alive was asked about that this one has not
+	// seen in the registry yet, with when it was first asked; gone, those
+	// it knows have left it (see Alive).
+	asked, gone map[string]time.Time
 
 	// killed stops the renewals without a release, as if the process had
 	// died (a test hook: one process stands for two servers; a pause is
@@ -81,7 +86,8 @@ func newLeadership(e *Engine, exclusive bool) (*leadership, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	l := &leadership{e: e, exclusive: exclusive, leaseTime: e.cfg.LeaseTime, peers: map[string]observed{}}
+	l := &leadership{e: e, exclusive: exclusive, leaseTime: e.cfg.LeaseTime, peers: map[string]observed{},
+		asked: map[string]time.Time{}, gone: map[string]time.Time{}}
 	l.self = meta.Server{ID: hex.EncodeToString(id[:]), Host: host, PID: os.Getpid(), Started: time.Now(),
 		Addrs: map[string]string{}}
 	if e.metricsAddr != "" {
@@ -210,6 +216,7 @@ func (l *leadership) expired(cur meta.Lease) bool {
 // those seen unchanged for twice the lease time (dead without a clean
 // stop).
 func (l *leadership) lookAtPeers(ctx context.Context) {
+	start := time.Now()
 	srvs, err := l.e.Meta.Servers(ctx)
 	if err != nil {
 		return
@@ -217,6 +224,7 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 	now := time.Now()
 	l.mu.Lock()
 	seen := map[string]bool{}
+	defer l.noteGone(seen, start, now)
 	var dead []meta.Server
 	for _, s := range srvs {
 		seen[s.ID] = true
@@ -235,6 +243,7 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 	for id := range l.peers {
 		if !seen[id] {
 			delete(l.peers, id)
+			l.gone[id] = now
 		}
 	}
 	l.mu.Unlock()
@@ -542,3 +551,65 @@ func (e *Engine) ServerID() string { return e.leader.self.ID }
 
 // IsLeader tells whether this server holds the sync lease now.
 func (e *Engine) IsLeader() bool { return e.leader != nil && e.leader.current() != nil }
+
+// selfID is this server's id as a number, as the change log and the
+// records of locks and opens name it.
+func (l *leadership) selfID() uint64 {
+	b, _ := hex.DecodeString(l.self.ID)
+	return binary.BigEndian.Uint64(b)
+}
+
+// Self implements vfs.Liveness.
+func (l *leadership) Self() uint64 { return l.selfID() }
+
+// Alive implements vfs.Liveness, from memory (it is asked inside kv
+// transactions). A server is alive while this one has seen its beat
+// change within the lease time (lookAtPeers watches every lease/4). One
+// this server has not seen yet counts as alive until a look at the
+// registry that began after the question finds it absent: a server
+// registers before it serves, so one that holds a record and is missing
+// from the registry then has left it (a clean stop, or removed as dead),
+// and a server that started after the last look is found by the next.
+// Rule: a live server is never taken for dead; a dead one is taken for
+// alive at most about two lease times plus one look.
+func (l *leadership) Alive(server uint64) bool {
+	id := fmt.Sprintf("%016x", server)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id == l.self.ID {
+		return true
+	}
+	if o, ok := l.peers[id]; ok {
+		return time.Since(o.since) < l.leaseTime
+	}
+	if _, ok := l.gone[id]; ok {
+		return false
+	}
+	if _, ok := l.asked[id]; !ok {
+		l.asked[id] = time.Now()
+	}
+	return true
+}
+
+// noteGone moves the servers asked about before a look at the registry
+// began (start) and absent from it (seen) to gone, and forgets gone
+// servers after an hour (their records are deleted by whoever finds them
+// dead).
+func (l *leadership) noteGone(seen map[string]bool, start, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, t := range l.asked {
+		switch {
+		case seen[id]:
+			delete(l.asked, id)
+		case t.Before(start):
+			delete(l.asked, id)
+			l.gone[id] = now
+		}
+	}
+	for id, t := range l.gone {
+		if now.Sub(t) > time.Hour {
+			delete(l.gone, id)
+		}
+	}
+}
