@@ -140,6 +140,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ErrSettings refuses a server whose settings differ from those of a live
+// server of the same file system (see sharedSettings).
+var ErrSettings = errors.New("this file system's other servers run with other settings")
+
 // Engine is one running file system.
 type Engine struct {
 	cfg      Config
@@ -337,6 +341,11 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		if e.Bucket.ConfirmsWrites() {
 			e.log.Debug("each conditional write is confirmed from the key's versions: the store is not AWS S3 " +
 				"(--trust-conditional-writes turns this off)")
+		}
+	}
+	if cfg.Shared && !e.ownKV {
+		if err := e.leader.checkSettings(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if e.eventsToken, err = eventsToken(ctx, e.Meta); err != nil {

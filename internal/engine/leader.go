@@ -89,7 +89,7 @@ func newLeadership(e *Engine, exclusive bool) (*leadership, error) {
 	l := &leadership{e: e, exclusive: exclusive, leaseTime: e.cfg.LeaseTime, peers: map[string]observed{},
 		asked: map[string]time.Time{}, gone: map[string]time.Time{}}
 	l.self = meta.Server{ID: hex.EncodeToString(id[:]), Host: host, PID: os.Getpid(), Started: time.Now(),
-		Addrs: map[string]string{}}
+		Addrs: map[string]string{}, ReadOnly: e.cfg.ReadOnly, Settings: sharedSettings(e.cfg)}
 	if e.metricsAddr != "" {
 		l.self.Addrs["metrics"] = e.metricsAddr
 	}
@@ -155,6 +155,17 @@ func (l *leadership) round(ctx context.Context) time.Duration {
 		l.e.log.Warn("server registry", "err", err)
 	}
 	l.lookAtPeers(rctx)
+	if l.e.cfg.ReadOnly && !l.exclusive && l.writablePeer() {
+		// A writable server exports and imports; a read-only one would
+		// only import, leaving the export queue to wait.
+		if l.current() != nil {
+			l.endTerm()
+			if err := l.e.Meta.ReleaseLease(rctx, meta.SyncLease, self.ID); err != nil && ctx.Err() == nil {
+				l.e.log.Warn("release the sync lease to a writable server", "err", err)
+			}
+		}
+		return every
+	}
 
 	start := time.Now()
 	cur, held, err := l.e.Meta.TryLease(rctx, meta.SyncLease, self.ID, l.leaseTime, l.expired)
@@ -612,4 +623,53 @@ func (l *leadership) noteGone(seen map[string]bool, start, now time.Time) {
 			delete(l.gone, id)
 		}
 	}
+}
+
+// writablePeer tells whether a live server that is not read-only is in
+// the registry.
+func (l *leadership) writablePeer() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range l.peers {
+		if !o.srv.ReadOnly && time.Since(o.since) < l.leaseTime {
+			return true
+		}
+	}
+	return false
+}
+
+// sharedSettings sums up the settings every server of one file system
+// must have alike (meta.Server.Settings): the owner and modes given to
+// what carries none (applied when an inode is read, so two servers would
+// show one file differently), the export delay (due times in the shared
+// queue) and the lease time (failover and the liveness of locks).
+func sharedSettings(cfg Config) string {
+	d := meta.StandardDefaults()
+	if cfg.Defaults != nil {
+		d = *cfg.Defaults
+	}
+	return fmt.Sprintf("uid=%d gid=%d file-mode=%04o dir-mode=%04o export-delay=%s lease=%s",
+		d.Uid, d.Gid, d.FileMode, d.DirMode, cfg.ExportDelay, cfg.LeaseTime)
+}
+
+// checkSettings refuses to start a server of a shared file system whose
+// shared settings differ from a server that has renewed its heartbeat
+// within two lease times (by this server's clock; a dead server's record
+// is removed after that long).
+func (l *leadership) checkSettings(ctx context.Context) error {
+	srvs, err := l.e.Meta.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range srvs {
+		if s.ID == l.self.ID || s.Settings == "" || s.Settings == l.self.Settings {
+			continue
+		}
+		if time.Since(s.Heartbeat) > 2*l.leaseTime {
+			continue
+		}
+		return fmt.Errorf("%w: server %s (host %s, pid %d) runs with %s; this one has %s: give every server of one file system the same --uid, --gid, --file-mode, --dir-mode and --export-delay",
+			ErrSettings, s.ID, s.Host, s.PID, s.Settings, l.self.Settings)
+	}
+	return nil
 }

@@ -611,3 +611,41 @@ func TestTheLeaderPollsADirectoryUsedOnlyThroughAFollower(t *testing.T) {
 		t.Errorf("the follower polled %d times", n)
 	}
 }
+
+// A server whose shared settings (owner and modes of what carries none,
+// export delay, lease time) differ from a live server's is refused at
+// start with both named; one with the same settings starts.
+func TestAServerWithOtherSharedSettingsThanALiveOneIsRefused(t *testing.T) {
+	c := newCluster(t)
+	c.open(t, time.Second, "")
+	var refused error
+	func() {
+		cfg := Config{StateDir: t.TempDir(), KV: c.db, Shared: true, LeaseTime: time.Second,
+			Bucket: c.bucket, Endpoint: c.srv.Endpoint, AccessKey: c.srv.AccessKey, SecretKey: c.srv.SecretKey, Region: c.srv.Region,
+			ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, CheckpointInterval: -1,
+			Defaults: &meta.Defaults{Uid: 1000, Gid: 1000, FileMode: 0o644, DirMode: 0o755}}
+		e, err := Open(context.Background(), cfg)
+		if err == nil {
+			e.Close()
+		}
+		refused = err
+	}()
+	if !errors.Is(refused, ErrSettings) || !strings.Contains(refused.Error(), "uid=0") || !strings.Contains(refused.Error(), "uid=1000") {
+		t.Fatalf("a server with --uid 1000 beside one with uid 0: %v; want ErrSettings naming both", refused)
+	}
+	c.open(t, time.Second, "") // the same settings
+}
+
+// A read-only server leaves the sync lease to a writable one: it takes
+// it while alone (imports go on), and hands it over when a writable
+// server joins, which then exports.
+func TestAReadOnlyServerHandsTheSyncLeaseToAWritableOne(t *testing.T) {
+	c := newCluster(t)
+	ro := c.open(t, time.Second, "", func(cfg *Config) { cfg.ReadOnly = true })
+	waitLeader(t, ro, 10*time.Second)
+	rw := c.open(t, time.Second, "")
+	waitLeader(t, rw, 20*time.Second)
+	if ro.IsLeader() {
+		t.Fatal("the read-only server still leads beside a writable one")
+	}
+}

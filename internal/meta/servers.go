@@ -59,6 +59,14 @@ type Server struct {
 	// counts renewals: others judge liveness by Beat changing.
 	Heartbeat time.Time `json:"heartbeat"`
 	Beat      uint64    `json:"beat"`
+	// ReadOnly servers export nothing: they leave the sync lease to a
+	// writable server while one is alive.
+	ReadOnly bool `json:"read_only,omitempty"`
+	// Settings sums up the settings every server of the file system must
+	// share (owner and modes of what carries none, export delay, lease
+	// time), as "name=value" pairs; a server starting with other ones is
+	// refused while this one lives.
+	Settings string `json:"settings,omitempty"`
 }
 
 func serverKey(id string) []byte { return append([]byte{pServer}, id...) }
