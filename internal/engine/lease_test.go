@@ -649,3 +649,60 @@ func TestAReadOnlyServerHandsTheSyncLeaseToAWritableOne(t *testing.T) {
 		t.Fatal("the read-only server still leads beside a writable one")
 	}
 }
+
+// A follower that opens a file while the leader's export of it has
+// reached the bucket but is not recorded yet (the open compares the file
+// with the bucket and finds a version the file side does not record)
+// takes that version for the file side's own export, not for a change
+// made in the bucket: no conflict, nothing in lost+found, the file reads
+// what was written, and the export is recorded once it finishes.
+func TestAFollowerOpeningAFileTheLeaderIsExportingSeesNoConflict(t *testing.T) {
+	c := newCluster(t)
+	hold := newPutHolder(t, c.srv)
+	leader := c.open(t, time.Second, hold.url)
+	waitLeader(t, leader, 5*time.Second)
+	follower := c.open(t, time.Second, "", func(cfg *Config) { cfg.RevalidateTTL = time.Nanosecond })
+	ctx := context.Background()
+	for round, body := range []string{"first state", "second state, longer"} {
+		ino := writeFile(t, follower, "f", body)
+		arrived, release := hold.arm("f", true)
+		t.Cleanup(release)
+		flushed := make(chan error, 1)
+		go func() { flushed <- leader.flush(ctx, 0) }()
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the leader's upload never came", round)
+		}
+		for range 3 {
+			h, err := follower.FS.Open(ctx, vfs.Root, ino, uint32(os.O_RDONLY))
+			if err != nil {
+				t.Fatalf("round %d: open through the follower during the export: %v", round, err)
+			}
+			buf := make([]byte, 64)
+			n, err := h.Read(ctx, buf, 0)
+			h.Release(ctx)
+			if (err != nil && err != io.EOF) || string(buf[:n]) != body {
+				t.Fatalf("round %d: the follower read %q, %v; want %q", round, buf[:n], err, body)
+			}
+		}
+		release()
+		if err := <-flushed; err != nil {
+			t.Fatalf("round %d: flush: %v", round, err)
+		}
+		if n, err := follower.Meta.LostFoundCount(ctx); err != nil || n != 0 {
+			t.Fatalf("round %d: lost+found holds %d files (%v); want none", round, n, err)
+		}
+		in, err := follower.Meta.Get(ctx, ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := follower.Bucket.Head(ctx, "f", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Keys) != 1 || in.Keys[0].VersionID != head.VersionID || in.Dirty() {
+			t.Fatalf("round %d: the file side records %+v (dirty %v); the bucket holds version %s", round, in.Keys, in.Dirty(), head.VersionID)
+		}
+	}
+}
