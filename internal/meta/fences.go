@@ -35,8 +35,13 @@ import (
 // g<dir><name> for a name, G<key> = <dir><number> for a key. An
 // Observation reads the fence sequence of the directories the import will
 // add names to (Observe: the directory a listing, poll or lookup adds to;
-// ResolveObserved: the parent of a revalidated key) before the bucket
-// request it stands for. Each event writes its directory's sequence, so
+// ResolveObserved: the parent of a revalidated key), and those of their
+// ancestors, before the bucket request it stands for. (A key tombstone
+// names the deepest directory on the key's path when its record was
+// dropped; a directory made on that path since is not it, but lies below
+// it: reading the ancestors orders such an event too, where reading only
+// the new directory would leave the key fenced until the tombstone is
+// trimmed.) Each event writes its directory's sequence, so
 // the events of one directory are serialized on it and a read sees an
 // event whole or not at all: an event committed after the observation's
 // read carries a number above the one read, an event committed before it
@@ -57,8 +62,12 @@ import (
 // removal lands between them. A refused import is no loss: the next
 // observation is newer than the removal, and sees the bucket as the
 // exporter left it; a genuine bucket-side object under the name is
-// imported then. (Where o did not read the tombstone's directory, such an
-// object waits until the tombstone is trimmed.)
+// imported then. A directory that lost its name (rmdir, a rename over it,
+// a bucket-side removal) leaves a record, F<dir> = <parent><number>, of
+// that event in its parent's sequence: every event of the directory came
+// before it, so a tombstone that names a directory o could not read (gone
+// by then) is ordered by o's read of the parent. (Where o read neither,
+// such an object waits until the tombstone is trimmed.)
 //
 // No key is written by every removal: a removal writes its directory's
 // sequence (it writes the directory's inode already, for the times), and
@@ -75,12 +84,15 @@ import (
 // than the tombstone was taken before the scan that first saw it, so it has
 // expired by then. Only durations each server measures itself are used, so
 // clock skew between servers does not matter. A directory's sequence and
-// name tombstones go with it (Forget).
+// name tombstones go with it (Forget); its F record is trimmed as
+// tombstones are (it is younger than every key tombstone naming the
+// directory, so it outlives them).
 
 const (
 	pFenceSeq = 'f'
 	pNameTomb = 'g'
 	pKeyTomb  = 'G'
+	pDirGone  = 'F'
 )
 
 // DefaultMaxObservationAge bounds how long an Observation serves imports
@@ -103,6 +115,8 @@ func nameTombKey(dir Ino, name string) []byte { return append(nameTombPrefix(dir
 
 func keyTombKey(key string) []byte { return append([]byte{pKeyTomb}, key...) }
 
+func dirGoneKey(dir Ino) []byte { return kv.AppendUint64([]byte{pDirGone}, uint64(dir)) }
+
 // Observation is the fence sequences of some directories, read before a
 // bucket request that an import will rest on. The zero Observation fences
 // nothing: it is for imports that rest on no earlier observation. An
@@ -119,12 +133,11 @@ type Observation struct {
 func (s *Store) Observe(ctx context.Context, dirs ...Ino) (o Observation, err error) {
 	o = Observation{s: s, at: s.now(), dirs: make(map[Ino]uint64, len(dirs))}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		clear(o.dirs)
 		for _, d := range dirs {
-			seq, err := fenceSeq(r, d)
-			if err != nil {
+			if err := o.read(r, d); err != nil {
 				return err
 			}
-			o.dirs[d] = seq
 		}
 		return nil
 	})
@@ -144,11 +157,40 @@ func (s *Store) ResolveObserved(ctx context.Context, key string) (res Resolved, 
 		if res, err = s.resolve(r, key); err != nil || res.Parent == 0 {
 			return err
 		}
-		seq, err := fenceSeq(r, res.Parent)
-		o.dirs[res.Parent] = seq
-		return err
+		return o.read(r, res.Parent)
 	})
 	return res, o, err
+}
+
+// read adds to o the fence sequences of dir and of each of its ancestors
+// up to the root. The ancestors are what a key tombstone may name: an
+// export that dropped the record of a key under dir's path before dir
+// existed (or before it was back) numbered the event in the deepest
+// directory on the path then, an ancestor of dir, and o orders that event
+// by its read of the ancestor. A directory without a name (removed) ends
+// the walk: events in it are ordered by its own read.
+func (o *Observation) read(r kv.Reader, dir Ino) error {
+	for depth := 0; ; depth++ {
+		if _, ok := o.dirs[dir]; ok {
+			return nil // read already, and so are its ancestors
+		}
+		if depth > 4096 {
+			return fmt.Errorf("ancestors of %d: %w", dir, syscall.ELOOP)
+		}
+		seq, err := fenceSeq(r, dir)
+		if err != nil {
+			return err
+		}
+		o.dirs[dir] = seq
+		if dir == RootIno {
+			return nil
+		}
+		ls, err := links(r, dir)
+		if err != nil || len(ls) == 0 {
+			return err
+		}
+		dir = ls[0].Parent
+	}
 }
 
 // expired reports whether o is too old to rest an import on (see fences).
@@ -211,6 +253,19 @@ func nameRemoved(tx kv.Txn, parent Ino, name string) error {
 		return err
 	}
 	return tx.Set(nameTombKey(parent, name), kv.AppendUint64(nil, seq))
+}
+
+// dirRemoved records that dir, a directory, lost its name in p (rmdir, a
+// rename over it, a bucket-side removal): an event of p, numbered in p's
+// sequence, that every event of dir came before. Call it inside that
+// transaction. An observation made after dir was gone reads p, not dir: a
+// key tombstone that names dir is ordered by this record (see since).
+func dirRemoved(tx kv.Txn, p, dir Ino) error {
+	seq, err := nextFence(tx, p)
+	if err != nil {
+		return err
+	}
+	return tx.Set(dirGoneKey(dir), kv.AppendUint64(kv.AppendUint64(nil, uint64(p)), seq))
 }
 
 // keysDropped records that an export dropped the records of the keys in
@@ -285,13 +340,31 @@ func hasKey(keys []Object, key string) bool {
 }
 
 // since reports whether an event of dir numbered seq came after o (see
-// fences): after its read of dir, or at all if o did not read dir.
-func (o Observation) since(dir Ino, seq uint64) bool {
+// fences): after its read of dir. Where o did not read dir, a directory
+// removed since the event stands for it: the event came before the
+// removal, an event of the parent (dirRemoved), and what o read of the
+// parent orders that. Otherwise it may have come after o.
+func (o Observation) since(r kv.Reader, dir Ino, seq uint64) (bool, error) {
 	if o.s == nil {
-		return false
+		return false, nil
 	}
-	read, ok := o.dirs[dir]
-	return !ok || seq > read
+	for depth := 0; depth <= 4096; depth++ {
+		if read, ok := o.dirs[dir]; ok {
+			return seq > read, nil
+		}
+		v, err := r.Get(dirGoneKey(dir))
+		if errors.Is(err, kv.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if len(v) != 16 {
+			return true, nil // unreadable: fence
+		}
+		dir, seq = Ino(kv.Uint64(v)), kv.Uint64(v[8:])
+	}
+	return true, nil
 }
 
 // removedSince reports whether parent/name was removed on the file side
@@ -310,7 +383,7 @@ func (o Observation) removedSince(r kv.Reader, parent Ino, name string) (bool, e
 	if len(v) != 8 {
 		return true, nil // unreadable: fence
 	}
-	return o.since(parent, kv.Uint64(v)), nil
+	return o.since(r, parent, kv.Uint64(v))
 }
 
 // droppedSince reports whether an export dropped its record of key after
@@ -329,7 +402,7 @@ func (o Observation) droppedSince(r kv.Reader, key string) (bool, error) {
 	if len(v) != 16 {
 		return true, nil // unreadable: fence
 	}
-	return o.since(Ino(kv.Uint64(v)), kv.Uint64(v[8:])), nil
+	return o.since(r, Ino(kv.Uint64(v)), kv.Uint64(v[8:]))
 }
 
 // keyRecorded reports whether an inode records the object key.
@@ -417,7 +490,7 @@ func (s *Store) TrimFences(ctx context.Context) error {
 	present := map[string]bool{}
 	type tomb struct{ k, v []byte }
 	var due []tomb
-	for _, p := range []byte{pNameTomb, pKeyTomb} {
+	for _, p := range []byte{pNameTomb, pKeyTomb, pDirGone} {
 		lower, upper := []byte{p}, kv.PrefixEnd([]byte{p})
 		for lower != nil {
 			var batch []tomb

@@ -118,6 +118,104 @@ func TestObjectsOfOurOwnRemovalsAreNoEvidenceOfADirectory(t *testing.T) {
 	}
 }
 
+// A key whose record an export dropped does not fence the key from an
+// import into a directory made at its path since, resting on an
+// observation of that directory made after the drop, whether the drop
+// came after the old directory was removed (the tombstone names the
+// deepest directory on the path then, here the root: the observation reads
+// the new directory's ancestors too) or before (it names the old
+// directory, gone since: its removal, an event of the root, orders it).
+// Before, the bucket's new object at the key waited for the tombstone's
+// trim (six minutes), and the differential sync test found the file
+// system and the bucket apart.
+func TestAKeyDroppedInADirectoryThatIsGoneIsImportedIntoANewOne(t *testing.T) {
+	for _, dropFirst := range []bool{false, true} {
+		name := "dropped after the rmdir"
+		if dropFirst {
+			name = "dropped before the rmdir"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			ctx := context.Background()
+			f := Imported{Name: "n1", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "e/n1", ETag: "e", VersionID: "v1", Size: 1}}
+			if _, err := s.ImportObject(ctx, Observation{}, RootIno, []string{"e"}, "n1", nil, f); err != nil {
+				t.Fatal(err)
+			}
+			e := mustLookup(t, s, RootIno, "e")
+			fin := mustLookup(t, s, e.Ino, "n1")
+			if _, err := s.Remove(ctx, e.Ino, "n1", false, nil); err != nil {
+				t.Fatal(err)
+			}
+			forget := func() {
+				if err := s.Forget(ctx, fin.Ino); err != nil { // the exporter deleted e/n1
+					t.Fatal(err)
+				}
+			}
+			if dropFirst {
+				forget()
+			}
+			if _, err := s.Remove(ctx, RootIno, "e", true, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !dropFirst {
+				forget()
+			}
+			// The bucket gets e/n1 again: a listing of the root brings e
+			// back, a listing of e brings n1.
+			dir := Imported{Name: "e", Mode: syscall.S_IFDIR, Evidence: []string{"e/n1"}}
+			if _, err := s.ImportObject(ctx, observe(t, s, RootIno), RootIno, nil, "e", nil, dir); err != nil {
+				t.Fatalf("e, listed after the delete: %v", err)
+			}
+			e = mustLookup(t, s, RootIno, "e")
+			f.Obj.VersionID = "v2"
+			if _, err := s.ImportObject(ctx, observe(t, s, e.Ino), e.Ino, nil, "n1", nil, f); err != nil {
+				t.Fatalf("e/n1, listed after the delete, into the new e: %v", err)
+			}
+			// The fence still holds where it should: an observation of the
+			// new e made before a second drop under it.
+			before := observe(t, s, e.Ino)
+			fin = mustLookup(t, s, e.Ino, "n1")
+			if _, err := s.Remove(ctx, e.Ino, "n1", false, nil); err != nil {
+				t.Fatal(err)
+			}
+			forget()
+			if _, err := s.ImportObject(ctx, before, e.Ino, nil, "n1", nil, f); !errors.Is(err, syscall.EAGAIN) {
+				t.Fatalf("an import older than the second removal: %v, want EAGAIN", err)
+			}
+		})
+	}
+}
+
+// An observation of a directory made before a key under it was dropped,
+// and the directory removed, still fences the key when the directory's
+// removal is what orders the drop: an import of a new directory at the
+// path, resting on an observation of the parent older than the removal,
+// finds the object no evidence of a bucket-side directory.
+func TestADropOrderedByItsDirectorysRemovalStillFencesAnOlderObservation(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	f := Imported{Name: "n1", Mode: syscall.S_IFREG | 0o644, Obj: Object{Key: "e/n1", ETag: "e", VersionID: "v1", Size: 1}}
+	if _, err := s.ImportObject(ctx, Observation{}, RootIno, []string{"e"}, "n1", nil, f); err != nil {
+		t.Fatal(err)
+	}
+	e := mustLookup(t, s, RootIno, "e")
+	fin := mustLookup(t, s, e.Ino, "n1")
+	old := observe(t, s, RootIno)
+	if _, err := s.Remove(ctx, e.Ino, "n1", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, fin.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, RootIno, "e", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := Imported{Name: "e2", Mode: syscall.S_IFDIR, Evidence: []string{"e/n1"}}
+	if _, err := s.ImportObject(ctx, old, RootIno, nil, "e2", nil, dir); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("a directory whose only evidence was deleted after the listing: %v, want EAGAIN", err)
+	}
+}
+
 // Tombstones are kept as long as an observation older than them may
 // still serve an import, and no longer (see fences.go): an import resting
 // on an observation older than the age bound is refused; a tombstone
@@ -197,4 +295,13 @@ func TestATombstoneIsTrimmedOnlyWhenNoObservationOlderThanItCanServeAnImport(t *
 	if _, err := s.ImportObject(ctx, fresh, RootIno, nil, "a", nil, Imported{Name: "a", Mode: syscall.S_IFREG | 0o644}); err != nil {
 		t.Fatalf("an import resting on a new observation: %v", err)
 	}
+}
+
+func mustLookup(t *testing.T, s *Store, dir Ino, name string) Inode {
+	t.Helper()
+	in, err := s.Lookup(context.Background(), dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

@@ -255,6 +255,9 @@ func (s *Store) unlink(tx kv.Txn, p *Inode, name string, in *Inode, dir bool) er
 		}
 		in.Nlink = 0
 		p.Nlink--
+		if err := dirRemoved(tx, p.Ino, in.Ino); err != nil {
+			return err
+		}
 	} else {
 		in.Nlink--
 	}

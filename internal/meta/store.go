@@ -42,6 +42,7 @@ import (
 //	f<dir>                      a directory's fence sequence (fences.go)
 //	g<dir><name>                a name removed from dir: its fence number (fences.go)
 //	G<object key>               a key whose record an export dropped: <dir><fence number> (fences.go)
+//	F<dir>                      a removed directory: <parent><fence number of the removal> (fences.go)
 //	r<server id>                a running server: host, pid, addresses, heartbeat (servers.go)
 //	L<lease name>               a lease's holder and fencing token (lease.go)
 //	L<lease name>/renewal       its renewals: count, times (lease.go)
