@@ -25,7 +25,15 @@ import (
 // comes from the change log's pushed invalidations, not from timeouts.
 func postgresMounts(t *testing.T) (a, b string, ea, eb *engine.Engine) {
 	t.Helper()
-	url := pgtest.Start(t).NewDatabase(t)
+	a, b, ea, eb, _ = postgresMountsOn(t, pgtest.Start(t))
+	return a, b, ea, eb
+}
+
+// postgresMountsOn is postgresMounts on the PostgreSQL server pg, which it
+// also returns.
+func postgresMountsOn(t *testing.T, pg *pgtest.Server) (a, b string, ea, eb *engine.Engine, _ *pgtest.Server) {
+	t.Helper()
+	url := pg.NewDatabase(t)
 	srv, bucketName := s3test.NewBucket(t)
 	open := func() (*engine.Engine, string) {
 		e, err := engine.Open(context.Background(), engine.Config{StateDir: t.TempDir(), Meta: url,
@@ -50,7 +58,7 @@ func postgresMounts(t *testing.T) (a, b string, ea, eb *engine.Engine) {
 	}
 	ea, a = open()
 	eb, b = open()
-	return a, b, ea, eb
+	return a, b, ea, eb, pg
 }
 
 // Two servers on PostgreSQL are one file system: a file written and

@@ -9,6 +9,7 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"bucketfs/internal/kv"
@@ -38,10 +39,22 @@ type Options struct {
 	// MaxBackoff bounds the pause before Update runs fn again after a
 	// conflict or a lost connection. Default 200ms.
 	MaxBackoff time.Duration
+	// OpTimeout bounds one View, Update (with its retries) or Sync, on
+	// top of the caller's context: past it they fail (an Update whose
+	// COMMIT was under way then with kv.ErrUnknownOutcome). So a database
+	// that is down, or unreachable without the connection failing, makes
+	// callers fail after it rather than wait for ever. Default 30s.
+	OpTimeout time.Duration
 	// AsyncCommit makes Updates commit with synchronous_commit off: they
 	// return before their commit record is flushed, and are durable only
 	// after Sync, as on Pebble. Without it every Update is durable when it
 	// returns and Sync does nothing.
+	//
+	// Unlike Pebble's, this store's database can crash while its user
+	// runs on: the commits not yet flushed are lost then, and the user
+	// may have acted on them. A Sync on the restarted database would flush
+	// only the new run's log, so Sync fails instead (see Sync), for good.
+	// bucketfs servers do not use AsyncCommit for that reason.
 	AsyncCommit bool
 }
 
@@ -57,7 +70,39 @@ type Store struct {
 	// this store's row in sync_marks, which Sync writes.
 	syncLevel string
 	mark      []byte
+
+	// With AsyncCommit: the runs of the database (instanceOf) that
+	// Updates committed on since the last Sync began, and the error every
+	// later Sync returns once one of them was not the run Sync reached.
+	mu       sync.Mutex
+	unsynced map[string]bool
+	lost     error
 }
+
+// instanceKey is where a connection keeps the run of the database it
+// reached (pgconn's CustomData), set when it connects.
+const instanceKey = "bucketfs.instance"
+
+// instanceOf returns the run of the database c is connected to: the
+// postmaster's start time, which a restart changes (a crash too).
+func instanceOf(c *pgx.Conn) string {
+	v, _ := c.PgConn().CustomData()[instanceKey].(string)
+	return v
+}
+
+// noteCommit records, with AsyncCommit, that an Update committed on c.
+func (s *Store) noteCommit(c *pgx.Conn) {
+	if !s.opt.AsyncCommit {
+		return
+	}
+	s.mu.Lock()
+	s.unsynced[instanceOf(c)] = true
+	s.mu.Unlock()
+}
+
+// AsyncCommit reports whether Updates commit asynchronously (Options, or
+// synchronous_commit=off in the URL).
+func (s *Store) AsyncCommit() bool { return s.opt.AsyncCommit }
 
 var _ kv.Store = (*Store)(nil)
 
@@ -108,6 +153,9 @@ func Open(ctx context.Context, url string, opt Options) (kv.Store, error) {
 	if opt.MaxBackoff <= 0 {
 		opt.MaxBackoff = 200 * time.Millisecond
 	}
+	if opt.OpTimeout <= 0 {
+		opt.OpTimeout = 30 * time.Second
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's parse errors may quote the URL, password and all.
@@ -135,11 +183,21 @@ func Open(ctx context.Context, url string, opt Options) (kv.Store, error) {
 	if opt.AsyncCommit {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
+	if opt.AsyncCommit {
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			var started string
+			if err := c.QueryRow(ctx, "SELECT pg_postmaster_start_time()::text").Scan(&started); err != nil {
+				return fmt.Errorf("which run of the database (AsyncCommit needs pg_postmaster_start_time): %w", err)
+			}
+			c.PgConn().CustomData()[instanceKey] = started
+			return nil
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel}
+	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel, unsynced: map[string]bool{}}
 	s.mark = make([]byte, 16)
 	crand.Read(s.mark)
 	if err := s.prepareSchema(ctx); err != nil {
@@ -244,28 +302,72 @@ func (s *Store) backoff(ctx context.Context, n int) error {
 // returned before Sync was called, and every commit of any server that
 // this one saw (a commit's record is in the log before the commit is
 // visible).
+//
+// That holds only while the database runs on. Commits made on a run of
+// the database that has ended (it crashed, or restarted) may be lost, and
+// the flush of another run's log says nothing of them: when some Update
+// since the last Sync began committed on another run than the one Sync's
+// commit reached, Sync fails with an error wrapping kv.ErrUnknownOutcome,
+// and so does every Sync after it (which writes were lost is unknown; the
+// store must be opened again).
 func (s *Store) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil || !s.opt.AsyncCommit {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
+	defer cancel()
+	s.mu.Lock()
+	if s.lost != nil {
+		s.mu.Unlock()
+		return s.lost
+	}
+	pending := s.unsynced
+	s.unsynced = map[string]bool{}
+	s.mu.Unlock()
+	reached, err := s.syncMark(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil { // still to be made durable by a later Sync
+		for run := range pending {
+			s.unsynced[run] = true
+		}
+		return err
+	}
+	for run := range pending {
+		if run != reached {
+			s.lost = fmt.Errorf("%s: sync: the database restarted since commits not yet made durable: %w (they may be lost; open the store again)", s.name, kv.ErrUnknownOutcome)
+			return s.lost
+		}
+	}
+	return nil
+}
+
+// syncMark commits a write of the store's row at the synchronous level
+// and returns the run of the database it reached.
+func (s *Store) syncMark(ctx context.Context) (run string, err error) {
 	for attempt := 0; ; attempt++ {
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		b.Queue("SET LOCAL synchronous_commit = " + s.syncLevel)
-		b.Queue(s.sql.syncMark, s.mark)
-		b.Queue("COMMIT")
-		err := s.pool.SendBatch(ctx, b).Close()
+		pc, err := s.pool.Acquire(ctx)
 		if err == nil {
-			return nil
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue("SET LOCAL synchronous_commit = " + s.syncLevel)
+			b.Queue(s.sql.syncMark, s.mark)
+			b.Queue("COMMIT")
+			err = pc.SendBatch(ctx, b).Close()
+			run = instanceOf(pc.Conn())
+			pc.Release()
+			if err == nil {
+				return run, nil
+			}
 		}
 		// Whatever the outcome of a failed Sync, doing it again is safe:
 		// again after a conflict or a lost connection, until ctx ends.
 		var pgErr *pgconn.PgError
 		if ctx.Err() != nil || errors.As(err, &pgErr) && !retryable(pgErr) {
-			return fmt.Errorf("%s: sync: %w", s.name, err)
+			return "", fmt.Errorf("%s: sync: %w", s.name, err)
 		}
 		if werr := s.backoff(ctx, attempt); werr != nil {
-			return fmt.Errorf("%s: sync: %w (last: %v)", s.name, werr, err)
+			return "", fmt.Errorf("%s: sync: %w (last: %v)", s.name, werr, err)
 		}
 	}
 }
@@ -287,6 +389,8 @@ func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
+	defer cancel()
 	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return fmt.Errorf("%s: view: %w", s.name, err)
@@ -315,7 +419,7 @@ func (s *Store) Snapshot(ctx context.Context) (kv.Snapshot, error) {
 	}
 	// The reads of a Snapshot have no context of their own: the one given
 	// here may end as soon as Snapshot returns.
-	r.ctx = context.Background()
+	r.ctx, r.readTimeout = context.Background(), s.opt.OpTimeout
 	// The snapshot is taken by the first statement after BEGIN.
 	if err := r.read(ctx, func(pgx.Rows) error { return nil }, "SELECT 1"); err != nil {
 		r.end()

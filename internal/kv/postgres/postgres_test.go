@@ -198,7 +198,9 @@ func testErrorsNameTheDatabase(t *testing.T, srv *pgtest.Server, url string) {
 // ends, and writes nothing.
 func TestAnUpdateAfterARestartReconnectsAndAnUpdateWhileDownFailsAtItsDeadline(t *testing.T) {
 	srv := pgtest.Start(t)
-	s := open(t, srv.NewDatabase(t), "bucketfs")
+	url := srv.NewDatabase(t)
+	s := open(t, url, "bucketfs")
+	bounded := openWith(t, url, Options{OpTimeout: time.Second})
 	increment := func(ctx context.Context) error {
 		return s.Update(ctx, func(tx kv.Txn) error {
 			v, err := tx.Get([]byte("n"))
@@ -226,6 +228,16 @@ func TestAnUpdateAfterARestartReconnectsAndAnUpdateWhileDownFailsAtItsDeadline(t
 	err := increment(short)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kv.ErrUnknownOutcome) {
 		t.Errorf("Update while the server is down = %v; want the deadline, and a known outcome", err)
+	}
+	// Without a deadline of the caller's, Options.OpTimeout bounds it.
+	start := time.Now()
+	if err := bounded.Update(context.Background(), func(tx kv.Txn) error { return tx.Set([]byte("m"), []byte("1")) }); err == nil {
+		t.Errorf("an Update while the server is down succeeded")
+	} else if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("an Update while the server is down, with no deadline of the caller's, took %v; OpTimeout is 1s", took)
+	}
+	if err := bounded.View(context.Background(), func(r kv.Reader) error { _, err := r.Get([]byte("n")); return err }); err == nil {
+		t.Errorf("a View while the server is down succeeded")
 	}
 	srv.Start()
 	if err := increment(long); err != nil {
@@ -336,4 +348,46 @@ func TestWithAsyncCommitASyncKeepsEveryCommitSeenBeforeItThroughAKill(t *testing
 		}
 		return nil
 	})
+}
+
+// With AsyncCommit, a Sync on a database that restarted since an Update
+// committed on its earlier run cannot vouch for that Update (a crash may
+// have lost it, and the new run's log does not hold it): it fails with
+// kv.ErrUnknownOutcome, and so does every Sync after it. A Sync with no
+// such Update (all made durable before the restart, or made after it)
+// succeeds. Issue 23: two servers lost fsynced files in a kill of the
+// database when Sync answered for the new run alone.
+func TestWithAsyncCommitASyncAfterTheDatabaseRestartedFailsForCommitsOfTheEarlierRun(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := context.Background()
+	synced := openWith(t, url, Options{AsyncCommit: true})
+	unsynced := openWith(t, url, Options{AsyncCommit: true})
+	kvtest.Set(t, synced, "a", "1")
+	if err := synced.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kvtest.Set(t, unsynced, "b", "1")
+	for i, restart := range []func(){srv.Restart, func() { srv.Kill(); srv.Start() }} {
+		restart()
+		// On the new run. A pooled connection of the old run may take the
+		// first try: a commit on it has an unknown outcome.
+		for try := 0; ; try++ {
+			err := synced.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprint("after", i)), []byte("1")) })
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, kv.ErrUnknownOutcome) || try > 20 {
+				t.Fatalf("restart %d: an Update on the new run: %v", i, err)
+			}
+		}
+		if err := synced.Sync(ctx); err != nil {
+			t.Errorf("restart %d: Sync of a store whose earlier commits were all made durable: %v", i, err)
+		}
+		for try := range 2 {
+			if err := unsynced.Sync(ctx); !errors.Is(err, kv.ErrUnknownOutcome) {
+				t.Errorf("restart %d, Sync %d of a store with a commit of the earlier run not made durable: %v, want ErrUnknownOutcome", i, try, err)
+			}
+		}
+	}
 }

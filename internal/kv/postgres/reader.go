@@ -24,6 +24,9 @@ type reader struct {
 	pc    *pgxpool.Conn // the connection, from the pool; see release
 	begin string        // BEGIN with the transaction's isolation level
 	begun bool
+	// readTimeout, if set, bounds each read: a Snapshot's reads have no
+	// context of their own (Options.OpTimeout).
+	readTimeout time.Duration
 }
 
 // errNoConnection is the error of a read after the reader lost its
@@ -71,6 +74,11 @@ func (r *reader) release() {
 func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
 	if r.pc == nil {
 		return errNoConnection
+	}
+	if r.readTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.readTimeout)
+		defer cancel()
 	}
 	for tries := 0; ; tries++ {
 		err := r.readOnce(ctx, each, sql, args...)

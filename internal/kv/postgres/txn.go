@@ -24,8 +24,11 @@ func (s *Store) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
 // transaction was rolled back by a serialization failure or a deadlock, or
 // when the connection was lost before COMMIT was sent; until ctx ends.
 // When the connection is lost while COMMIT is under way, the error wraps
-// kv.ErrUnknownOutcome and fn is not run again.
+// kv.ErrUnknownOutcome and fn is not run again. Options.OpTimeout bounds
+// the whole, retries included.
 func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -76,7 +79,9 @@ func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bo
 		return false, nil
 	}
 	again, err = t.commit(ctx)
-	committed = err == nil
+	if committed = err == nil; committed {
+		s.noteCommit(t.conn())
+	}
 	return again, err
 }
 
