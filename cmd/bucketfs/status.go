@@ -109,8 +109,12 @@ func printStatus(w io.Writer, st *engine.Status) {
 	if st.EventsToken != "" {
 		fmt.Fprintf(w, "  events token      %s (for /events: Authorization: Bearer TOKEN, or https://bucketfs:TOKEN@HOST/events)\n", st.EventsToken)
 	}
+	pendingBytes := human(st.PendingBytes)
+	if st.PendingBytesPartial {
+		pendingBytes = "at least " + pendingBytes
+	}
 	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
-		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
+		pendingBytes, dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
 	printServers(w, st)
 	fmt.Fprintf(w, "  exported          %d (%s), %s, %d refused by a bucket-side change\n",
 		st.Exported, human(st.ExportedBytes), count(st.ExportFailures, "failed attempt", "failed attempts"), st.ExportConflicts)

@@ -27,32 +27,35 @@ type Status struct {
 	// Engine.EventsToken).
 	EventsToken string `json:"events_token"`
 
-	PendingExports    int                     `json:"pending_exports"`
-	PendingBytes      int64                   `json:"pending_bytes"`
-	OldestPendingAgeS float64                 `json:"oldest_pending_age_seconds"`
-	ExportDelayS      float64                 `json:"export_delay_seconds"`
-	Exported          int64                   `json:"exported"`
-	ExportedBytes     int64                   `json:"exported_bytes"`
-	ExportFailures    int64                   `json:"export_failures"`
-	ExportConflicts   int64                   `json:"export_conflicts"`
-	Imported          int64                   `json:"imported"`
-	ImportFailures    int64                   `json:"import_failures"`
-	ImportFailureKeys []string                `json:"import_failure_samples,omitempty"`
-	ImportConflicts   int64                   `json:"import_conflicts"`
-	EventsApplied     int64                   `json:"events_applied"`
-	EventsDropped     int64                   `json:"events_dropped"`
-	EventsPending     int                     `json:"events_pending"`
-	LastImportLagS    float64                 `json:"last_import_lag_seconds"`
-	LastPoll          time.Time               `json:"last_poll,omitempty"`
-	LastCheckpoint    time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
-	Listings          []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
-	LostFound         int                     `json:"lost_found_files"`
-	UploadsInFlight   int                     `json:"uploads_in_flight"` // multipart uploads journaled and not yet ended
-	TierBytes         int64                   `json:"tier_bytes"`
-	TierDirtyBytes    int64                   `json:"tier_dirty_bytes"`
-	TierCleanBytes    int64                   `json:"tier_clean_bytes"`
-	S3                bucket.Stats            `json:"s3"`
-	Data              vfs.Stats               `json:"data"`
+	PendingExports int   `json:"pending_exports"`
+	PendingBytes   int64 `json:"pending_bytes"`
+	// PendingBytesPartial says PendingBytes counts only the first
+	// queued files (pendingBytesFiles): the queue holds more.
+	PendingBytesPartial bool                    `json:"pending_bytes_partial,omitempty"`
+	OldestPendingAgeS   float64                 `json:"oldest_pending_age_seconds"`
+	ExportDelayS        float64                 `json:"export_delay_seconds"`
+	Exported            int64                   `json:"exported"`
+	ExportedBytes       int64                   `json:"exported_bytes"`
+	ExportFailures      int64                   `json:"export_failures"`
+	ExportConflicts     int64                   `json:"export_conflicts"`
+	Imported            int64                   `json:"imported"`
+	ImportFailures      int64                   `json:"import_failures"`
+	ImportFailureKeys   []string                `json:"import_failure_samples,omitempty"`
+	ImportConflicts     int64                   `json:"import_conflicts"`
+	EventsApplied       int64                   `json:"events_applied"`
+	EventsDropped       int64                   `json:"events_dropped"`
+	EventsPending       int                     `json:"events_pending"`
+	LastImportLagS      float64                 `json:"last_import_lag_seconds"`
+	LastPoll            time.Time               `json:"last_poll,omitempty"`
+	LastCheckpoint      time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
+	Listings            []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
+	LostFound           int                     `json:"lost_found_files"`
+	UploadsInFlight     int                     `json:"uploads_in_flight"` // multipart uploads journaled and not yet ended
+	TierBytes           int64                   `json:"tier_bytes"`
+	TierDirtyBytes      int64                   `json:"tier_dirty_bytes"`
+	TierCleanBytes      int64                   `json:"tier_clean_bytes"`
+	S3                  bucket.Stats            `json:"s3"`
+	Data                vfs.Stats               `json:"data"`
 
 	// The servers of the file system (leader.go): this one's id, whether
 	// it holds the sync lease, the lease's record and every live server.
@@ -145,6 +148,11 @@ func (e *Engine) serverFigures(ctx context.Context, st *Status) error {
 	return nil
 }
 
+// pendingBytesFiles bounds the queued files whose sizes status adds up
+// (PendingBytes): each is a read, and the figures are gathered every
+// status interval on every server. Past it the figure is a lower bound.
+const pendingBytesFiles = 10_000
+
 // queueFigures fills the export queue and lost+found figures from meta.
 func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *Status) error {
 	n, oldest, err := m.QueueStats(ctx)
@@ -157,16 +165,8 @@ func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *S
 		// plus the delay.
 		st.OldestPendingAgeS = max(time.Since(oldest.Add(-delay)).Seconds(), 0)
 	}
-	due, err := m.Due(ctx, time.Now().Add(100*365*24*time.Hour), 1<<30)
-	if err != nil {
+	if st.PendingBytes, st.PendingBytesPartial, err = m.PendingBytes(ctx, pendingBytesFiles); err != nil {
 		return err
-	}
-	st.PendingBytes = 0
-	for _, q := range due {
-		in, err := m.Get(ctx, q.Ino)
-		if err == nil && in.IsRegular() && in.Has(meta.DataDirty) {
-			st.PendingBytes += in.Size
-		}
 	}
 	u, err := m.Usage(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -739,5 +740,31 @@ func TestWithinFollowsEveryNameOfAnInodeUpward(t *testing.T) {
 	}
 	if within(g.Ino, RootIno) {
 		t.Error("a removed file is within the root")
+	}
+}
+
+// PendingBytes adds up the sizes of the queued files whose bytes changed,
+// in one read, up to a bound past which it says the sum is partial; a
+// file whose attributes alone changed, and a directory, add nothing.
+func TestPendingBytesSumsTheQueuedDataChangesUpToABound(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	for i, size := range []int{3, 5, 7} {
+		in := mustCreate(t, s, RootIno, fmt.Sprint("f", i), syscall.S_IFREG|0o644)
+		if _, err := s.WriteData(ctx, in.Ino, make([]byte, size), 0, false, 1, Limits{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EndWrite(ctx, in.Ino); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreate(t, s, RootIno, "d", syscall.S_IFDIR|0o755)
+	mustCreate(t, s, RootIno, "empty", syscall.S_IFREG|0o644)
+	n, partial, err := s.PendingBytes(ctx, 100)
+	if err != nil || n != 15 || partial {
+		t.Fatalf("PendingBytes = %d, partial %v, %v; want 15, whole", n, partial, err)
+	}
+	if _, partial, err := s.PendingBytes(ctx, 2); err != nil || !partial {
+		t.Fatalf("PendingBytes over 2 of the queue: partial %v, %v; want partial", partial, err)
 	}
 }
