@@ -42,6 +42,7 @@ func sharedMounts(t *testing.T) (a, b string) {
 		}
 		t.Cleanup(beats.Stop)
 		fs := vfs.New(m, nil, nil, vfs.Config{Liveness: beats, SharedLockRetry: 10 * time.Millisecond})
+		t.Cleanup(fs.WaitCloses) // before the store is closed
 		mnt := t.TempDir()
 		srv, err := bfuse.Mount(fs, mnt, bfuse.Options{Name: "bucketfs-test"})
 		if err != nil {

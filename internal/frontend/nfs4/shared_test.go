@@ -38,6 +38,7 @@ func sharedServers(t *testing.T) (a, b *env) {
 		}
 		t.Cleanup(beats.Stop)
 		fs := vfs.New(m, nil, nil, vfs.Config{Liveness: beats, Logger: quietLogger})
+		t.Cleanup(fs.WaitCloses) // before the store is closed
 		if _, err := fs.SetAttr(ctx, vfs.Root, meta.RootIno, vfs.SetAttrIn{Valid: vfs.SetMode, Mode: 0o777}); err != nil {
 			t.Fatal(err)
 		}
