@@ -10,12 +10,12 @@ import (
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 func openStoreB(b *testing.B) *Store {
 	b.Helper()
-	db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(b, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func openStoreB(b *testing.B) *Store {
 
 func openStore(t *testing.T, dir string) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 		{"given", &Defaults{Uid: 1000, Gid: 100, FileMode: 0o600, DirMode: 0o750}, 1000, 100, 0o750},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+			db, err := testkv.Open(t, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 	ctx := context.Background()
 	open := func(d Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 
 func TestInodeNumbersSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 
 func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 // that says what to do, never read as files without their data.
 func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +577,7 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 // *now.
 func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
