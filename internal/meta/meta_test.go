@@ -11,12 +11,12 @@ import (
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 func openStoreB(b *testing.B) *Store {
 	b.Helper()
-	db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(b, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func openStoreB(b *testing.B) *Store {
 
 func openStore(t *testing.T, dir string) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 		{"given", &Defaults{Uid: 1000, Gid: 100, FileMode: 0o600, DirMode: 0o750}, 1000, 100, 0o750},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+			db, err := testkv.Open(t, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 	ctx := context.Background()
 	open := func(d Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 
 func TestInodeNumbersSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 
 func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 // that says what to do, never read as files without their data.
 func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 // *now.
 func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"bucketfs/internal/heartbeat"
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/locks"
 	"bucketfs/internal/meta"
 )
@@ -37,7 +37,7 @@ type sharedServer struct {
 func sharedServers(t *testing.T, n int, lease time.Duration) (kv.Store, []*sharedServer) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
