@@ -58,7 +58,8 @@ const startTimeout = 2 * time.Minute
 // Server is one running (or stopped) PostgreSQL cluster owned by a test,
 // or the process's shared one (see Shared).
 type Server struct {
-	t    testing.TB // the owner; nil for the shared server
+	t      testing.TB // the owning test; nil for the shared server and Launch's
+	shared bool       // the process's shared server (Shared)
 	bin  string     // the directory of initdb and postgres
 	root string     // temporary directory: data/, postgres.log
 	data string
@@ -82,6 +83,29 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return s
+}
+
+// Launch is Start for a program that is not a test (the crash checker):
+// the server is the caller's, who stops it and removes its directory with
+// Remove. Should the process die first, the server follows it.
+func Launch() (*Server, error) {
+	s := &Server{}
+	if err := s.launch(); err != nil {
+		s.remove()
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	return s, nil
+}
+
+// Remove stops a server from Launch and removes its directory.
+func (s *Server) Remove() { s.remove() }
+
+// Database creates the database name and returns its URL.
+func (s *Server) Database(name string) (string, error) {
+	if err := s.exec("CREATE DATABASE " + name); err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	return s.DatabaseURL(name), nil
 }
 
 // launch finds the binaries, initializes the cluster in a fresh temporary
@@ -233,7 +257,7 @@ func (s *Server) start() error {
 	}
 	defer logFile.Close() // the child has its own descriptor
 	fsync, conns := "on", "100"
-	if s.t == nil {
+	if s.shared {
 		// The shared server is never killed (mustOwn), so no test can
 		// see what fsync would keep; off, a new database (several
 		// megabytes of write-ahead log) costs a tenth. Its many
@@ -461,25 +485,41 @@ func alive(pid int) bool {
 // port and data.
 func (s *Server) Restart() {
 	s.mustOwn("Restart")
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.Stop()
 	s.Start()
 }
 
 // Start starts a stopped (or killed) server again on the same port and
-// data; after a Kill it runs crash recovery first.
+// data; after a Kill it runs crash recovery first. A failure fails the
+// owning test (panics for a server from Launch: use StartAgain).
 func (s *Server) Start() {
-	s.mustOwn("Start")
-	s.t.Helper()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("pgtest: %v", err)
+	if s.t != nil {
+		s.t.Helper()
 	}
+	if err := s.StartAgain(); err != nil {
+		if s.t == nil {
+			panic(err)
+		}
+		s.t.Fatal(err)
+	}
+}
+
+// StartAgain is Start, returning its error.
+func (s *Server) StartAgain() error {
+	s.mustOwn("Start")
+	if err := s.start(); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
 }
 
 // mustOwn stops a test that would stop, kill or restart the shared
 // server, which other tests are using: such a test starts its own.
 func (s *Server) mustOwn(op string) {
-	if s.t == nil {
+	if s.shared {
 		panic("pgtest: " + op + " of the shared server (pgtest.Shared), which other tests use: a test that stops or restarts its server starts its own with pgtest.Start")
 	}
 }

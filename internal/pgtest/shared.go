@@ -28,7 +28,7 @@ func Shared(t testing.TB) *Server {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.srv == nil && shared.err == nil {
-		s := &Server{}
+		s := &Server{shared: true}
 		if shared.err = s.launch(); shared.err != nil {
 			s.remove()
 		} else {
