@@ -1,16 +1,19 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"bucketfs/internal/bucket"
 	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/postgres"
 	"bucketfs/internal/meta"
 	bsync "bucketfs/internal/sync"
 	"bucketfs/internal/vfs"
@@ -19,10 +22,14 @@ import (
 // Status is where sync stands, as `bucketfs status` prints it and the
 // metrics endpoint exports it.
 type Status struct {
-	Running bool      `json:"running"`
-	PID     int       `json:"pid,omitempty"`
-	Bucket  string    `json:"bucket"`
-	Taken   time.Time `json:"taken"`
+	Running bool `json:"running"`
+	// FromDatabase says the figures were read from the shared database
+	// by a host where no server runs (SharedStatus): Running then says
+	// whether any server is live.
+	FromDatabase bool      `json:"from_database,omitempty"`
+	PID          int       `json:"pid,omitempty"`
+	Bucket       string    `json:"bucket"`
+	Taken        time.Time `json:"taken"`
 	// EventsToken is the secret the /events webhook asks for (see
 	// Engine.EventsToken).
 	EventsToken string `json:"events_token"`
@@ -246,4 +253,87 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 	}
 	err = queueFigures(ctx, m, exportDelay, &st)
 	return st, err
+}
+
+// SharedStatus reads the status of a file system whose metadata is on
+// PostgreSQL (url, schema) from the database alone, for a host where no
+// server of it runs: the shared export queue, lost+found, the sync lease
+// and the servers in the registry. Each server counts as live while its
+// last heartbeat is younger than its lease time by this host's clock (the
+// servers judge each other by their beats instead); the export delay and
+// lease time are the servers' own, from their records, else delay and the
+// default. It never makes a file system: an empty schema is an error
+// (its empty tables are made, as a server's first start would make them).
+func SharedStatus(ctx context.Context, url, schema string, delay time.Duration) (Status, error) {
+	st := Status{Taken: time.Now(), ExportDelayS: delay.Seconds(), FromDatabase: true}
+	db, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		return st, fmt.Errorf("metadata store: %w", err)
+	}
+	defer db.Close()
+	exists, bucket, err := meta.Described(ctx, db)
+	if err != nil {
+		return st, err
+	}
+	if !exists {
+		return st, fmt.Errorf("no file system in that database schema (%s): a server makes one at its first start", cmp.Or(schema, "bucketfs"))
+	}
+	st.Bucket = bucket
+	// Open writes nothing to a namespace that exists (but may bring an
+	// older one's records up to date, as any server's start would).
+	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: delay})
+	if err != nil {
+		return st, err
+	}
+	srvs, err := m.Servers(ctx)
+	if err != nil {
+		return st, err
+	}
+	leaseTime := 10 * time.Second
+	for _, s := range srvs {
+		if v := settingOf(s.Settings, "export-delay"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil {
+				delay = d
+			}
+		}
+		if v := settingOf(s.Settings, "lease"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil {
+				leaseTime = d
+			}
+		}
+	}
+	st.ExportDelayS = delay.Seconds()
+	if err := queueFigures(ctx, m, delay, &st); err != nil {
+		return st, err
+	}
+	lease, err := m.ReadLease(ctx, meta.SyncLease)
+	if err != nil {
+		return st, err
+	}
+	now := time.Now()
+	st.Lease = &LeaseStatus{Holder: lease.Holder, Token: lease.Token, LeaseTimeS: leaseTime.Seconds()}
+	if lease.Holder != "" {
+		st.Lease.ExpiresInS = lease.Expiry.Sub(now).Seconds()
+	}
+	for _, s := range srvs {
+		age := now.Sub(s.Heartbeat)
+		if age >= leaseTime {
+			continue
+		}
+		st.Servers = append(st.Servers, ServerStatus{ID: s.ID, Host: s.Host, PID: s.PID, Addrs: s.Addrs,
+			Started: s.Started, HeartbeatAgeS: max(age.Seconds(), 0), Leader: s.ID == lease.Holder})
+	}
+	st.Running = len(st.Servers) > 0
+	return st, nil
+}
+
+// settingOf returns the value of name in a server's shared settings
+// ("name=value" pairs; see sharedSettings).
+func settingOf(settings, name string) string {
+	for _, f := range strings.Fields(settings) {
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
