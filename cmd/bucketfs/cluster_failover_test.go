@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -24,14 +25,21 @@ type writer struct {
 	rng  *rand.Rand
 	mu   sync.Mutex
 	acks map[string][]byte // guarded by mu: path to what it holds
-	err  error             // guarded by mu: the first failure
-	n    int               // guarded by mu: files attempted
+	// spans are when each acknowledged write began and ended.
+	spans map[string][2]time.Time // guarded by mu
+	err   error                   // guarded by mu: the first failure
+	n     int                     // guarded by mu: files attempted
 	// hung counts operations that did not return within opDeadline.
-	hung int
+	hung int // guarded by mu
+	// since is when the write under way began (zero between writes).
+	since time.Time // guarded by mu
+	// failed are the failed writes, in order.
+	failed []writeFailure // guarded by mu
 }
 
 func newWriter(fs clientFS, dir string, seed uint64) *writer {
-	return &writer{fs: fs, dir: dir, rng: rand.New(rand.NewPCG(seed, 1)), acks: map[string][]byte{}}
+	return &writer{fs: fs, dir: dir, rng: rand.New(rand.NewPCG(seed, 1)), acks: map[string][]byte{},
+		spans: map[string][2]time.Time{}}
 }
 
 // run writes files until stop is closed or a write fails (the error is
@@ -57,6 +65,7 @@ func (w *writer) run(stop <-chan struct{}, bigMax int, pace time.Duration, keepG
 		data = append(data, bytes.Repeat([]byte{byte(i)}, n)...)
 		w.mu.Lock()
 		w.n++
+		w.since = time.Now()
 		w.mu.Unlock()
 		_, err := bounded(opDeadline, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, w.fs.writeFile(ctx, p, data, true)
@@ -64,10 +73,17 @@ func (w *writer) run(stop <-chan struct{}, bigMax int, pace time.Duration, keepG
 		w.mu.Lock()
 		if err == nil {
 			w.acks[p] = data
-		} else if w.err == nil {
-			w.err = fmt.Errorf("write %s through %s: %w", p, w.fs.name(), err)
+			w.spans[p] = [2]time.Time{w.since, time.Now()}
+		} else {
+			err = fmt.Errorf("write %s through %s (began %s, took %v): %w", p, w.fs.name(),
+				w.since.Format("15:04:05.000"), time.Since(w.since).Round(time.Millisecond), err)
+			w.failed = append(w.failed, writeFailure{began: w.since, err: err})
+			if w.err == nil {
+				w.err = err
+			}
 		}
-		if err == errHung || (err != nil && isHung(err)) {
+		w.since = time.Time{}
+		if errors.Is(err, errHung) {
 			w.hung++
 		}
 		w.mu.Unlock()
@@ -75,10 +91,6 @@ func (w *writer) run(stop <-chan struct{}, bigMax int, pace time.Duration, keepG
 			return
 		}
 	}
-}
-
-func isHung(err error) bool {
-	return err != nil && bytes.Contains([]byte(err.Error()), []byte(errHung.Error()))
 }
 
 // acknowledged returns a copy of what the writer was told is durable.
@@ -90,6 +102,40 @@ func (w *writer) acknowledged() map[string][]byte {
 		out[p] = b
 	}
 	return out
+}
+
+// busyFor is how long the write under way has been going (zero if none).
+func (w *writer) busyFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since.IsZero() {
+		return 0
+	}
+	return time.Since(w.since)
+}
+
+// writeFailure is a write that failed, and when it began.
+type writeFailure struct {
+	began time.Time
+	err   error
+}
+
+// failures returns the failed writes.
+func (w *writer) failures() []writeFailure {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]writeFailure(nil), w.failed...)
+}
+
+// span describes when the acknowledged write of p began and ended.
+func (w *writer) span(p string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.spans[p]
+	if !ok {
+		return "never acknowledged"
+	}
+	return fmt.Sprintf("written from %s to %s", s[0].Format("15:04:05.000"), s[1].Format("15:04:05.000"))
 }
 
 func (w *writer) firstErr() error {

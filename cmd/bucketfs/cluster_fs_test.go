@@ -17,9 +17,10 @@ import (
 
 // clientFS is the file system as one client of one server sees it: the
 // NFS client of a serve process, or the FUSE mount of a mount process.
-// Paths are relative to the root, slash-separated; errors are errnos
-// (syscall.Errno) where the server answered with one, so that answers
-// through NFS and FUSE compare alike.
+// Paths are relative to the root, slash-separated; an error unwraps to
+// an errno (syscall.Errno) where the server answered with one, so that
+// answers through NFS and FUSE compare alike, and names the call that
+// failed.
 type clientFS interface {
 	name() string
 	// writeFile creates path (mode 0644) or truncates it, writes data and
@@ -39,6 +40,9 @@ type clientFS interface {
 	chmod(ctx context.Context, p string, mode uint32) error
 	stat(ctx context.Context, p string) (fileInfo, error)
 	readDir(ctx context.Context, p string) ([]string, error)
+	// create makes a new file p (it must not exist) and keeps it open
+	// for a stream of writes.
+	create(ctx context.Context, p string) (stream, error)
 }
 
 // fileInfo is what the tests compare of a stat.
@@ -71,17 +75,27 @@ var nfsStatusErrno = map[nfsv4.Nfsstat4]syscall.Errno{
 	nfsv4.NFS4ERR_NAMETOOLONG: syscall.ENAMETOOLONG,
 }
 
-// nfsErrno turns an NFS status error into its errno; other errors (a
-// broken connection, a deadline) are returned as they are.
+// nfsErrno turns an NFS status error into one that unwraps to its errno
+// and names the operation that failed; other errors (a broken
+// connection, a deadline) are returned as they are.
 func nfsErrno(err error) error {
 	var se *nfsclient.StatusError
 	if errors.As(err, &se) {
 		if e, ok := nfsStatusErrno[se.Status]; ok {
-			return e
+			return &statusErrno{se: se, errno: e}
 		}
 	}
 	return err
 }
+
+// statusErrno is an NFS status error as its errno.
+type statusErrno struct {
+	se    *nfsclient.StatusError
+	errno syscall.Errno
+}
+
+func (e *statusErrno) Error() string { return e.se.Error() }
+func (e *statusErrno) Unwrap() error { return e.errno }
 
 // nfsFS is a clientFS over one NFSv4.1 client.
 type nfsFS struct {
@@ -114,13 +128,20 @@ func (n *nfsFS) writeFile(ctx context.Context, p string, data []byte, sync bool)
 		return nfsErrno(err)
 	}
 	werr := func() error {
-		stable := nfsv4.FILE_SYNC4
-		if !sync {
-			stable = nfsv4.UNSTABLE4
+		// Made durable as a kernel client does: a small file by FILE_SYNC
+		// writes, a larger one by UNSTABLE writes and a COMMIT.
+		stable := nfsv4.UNSTABLE4
+		if sync && len(data) <= 64<<10 {
+			stable = nfsv4.FILE_SYNC4
 		}
 		for off := 0; off < len(data); off += 256 << 10 {
 			end := min(off+256<<10, len(data))
 			if _, err := n.c.Write(ctx, f, uint64(off), data[off:end], stable); err != nil {
+				return err
+			}
+		}
+		if sync && stable == nfsv4.UNSTABLE4 {
+			if _, err := n.c.Commit(ctx, f.FH, 0, 0); err != nil {
 				return err
 			}
 		}
@@ -258,60 +279,50 @@ func (f *fuseFS) name() string { return f.label }
 
 func (f *fuseFS) path(p string) string { return filepath.Join(f.mnt, filepath.FromSlash(p)) }
 
-// errnoOf unwraps an *os.PathError (or similar) to its errno.
-func errnoOf(err error) error {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return err
-}
-
 func (f *fuseFS) writeFile(_ context.Context, p string, data []byte, sync bool) error {
 	fl, err := os.OpenFile(f.path(p), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return errnoOf(err)
+		return err
 	}
 	_, werr := fl.Write(data)
 	if werr == nil && sync {
 		werr = fl.Sync()
 	}
 	cerr := fl.Close()
-	return errnoOf(errors.Join(werr, cerr))
+	return errors.Join(werr, cerr)
 }
 
 func (f *fuseFS) readFile(_ context.Context, p string) ([]byte, error) {
-	b, err := os.ReadFile(f.path(p))
-	return b, errnoOf(err)
+	return os.ReadFile(f.path(p))
 }
 
 func (f *fuseFS) mkdir(_ context.Context, p string, mode uint32) error {
-	return errnoOf(syscall.Mkdir(f.path(p), mode))
+	return syscall.Mkdir(f.path(p), mode)
 }
 
 func (f *fuseFS) rename(_ context.Context, from, to string) error {
-	return errnoOf(syscall.Rename(f.path(from), f.path(to)))
+	return syscall.Rename(f.path(from), f.path(to))
 }
 
-func (f *fuseFS) unlink(_ context.Context, p string) error { return errnoOf(syscall.Unlink(f.path(p))) }
-func (f *fuseFS) rmdir(_ context.Context, p string) error  { return errnoOf(syscall.Rmdir(f.path(p))) }
+func (f *fuseFS) unlink(_ context.Context, p string) error { return syscall.Unlink(f.path(p)) }
+func (f *fuseFS) rmdir(_ context.Context, p string) error  { return syscall.Rmdir(f.path(p)) }
 
 func (f *fuseFS) link(_ context.Context, from, to string) error {
-	return errnoOf(syscall.Link(f.path(from), f.path(to)))
+	return syscall.Link(f.path(from), f.path(to))
 }
 
 func (f *fuseFS) truncate(_ context.Context, p string, size int64) error {
-	return errnoOf(syscall.Truncate(f.path(p), size))
+	return syscall.Truncate(f.path(p), size)
 }
 
 func (f *fuseFS) chmod(_ context.Context, p string, mode uint32) error {
-	return errnoOf(syscall.Chmod(f.path(p), mode))
+	return syscall.Chmod(f.path(p), mode)
 }
 
 func (f *fuseFS) stat(_ context.Context, p string) (fileInfo, error) {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(f.path(p), &st); err != nil {
-		return fileInfo{}, errnoOf(err)
+		return fileInfo{}, err
 	}
 	return fileInfo{dir: st.Mode&syscall.S_IFMT == syscall.S_IFDIR, size: st.Size, mode: st.Mode & 0o7777,
 		nlink: uint32(st.Nlink)}, nil
@@ -320,7 +331,7 @@ func (f *fuseFS) stat(_ context.Context, p string) (fileInfo, error) {
 func (f *fuseFS) readDir(_ context.Context, p string) ([]string, error) {
 	ents, err := os.ReadDir(f.path(p))
 	if err != nil {
-		return nil, errnoOf(err)
+		return nil, err
 	}
 	var names []string
 	for _, e := range ents {
@@ -391,3 +402,97 @@ func walk(ctx context.Context, fs clientFS) (map[string]fileInfo, map[string][]b
 	}
 	return infos, datas, visit("")
 }
+
+// stream is a file kept open for writing: writes at offsets, made durable
+// by sync (NFS: UNSTABLE writes and COMMIT; FUSE: write and fsync).
+type stream interface {
+	writeAt(ctx context.Context, off int64, data []byte) error
+	sync(ctx context.Context) error
+	close(ctx context.Context) error
+}
+
+// create opens a new file p for a stream of writes.
+func (n *nfsFS) create(ctx context.Context, p string) (stream, error) {
+	dir, base, err := n.split(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := n.c.Create(ctx, dir, base, nfsclient.OpenOptions{Mode: nfsclient.Guarded,
+		Attrs: nfsclient.Attrs{}.WithMode(0o644)})
+	if err != nil {
+		return nil, nfsErrno(err)
+	}
+	return &nfsStream{c: n.c, f: f}, nil
+}
+
+// nfsStream writes UNSTABLE and commits as a kernel client does: it
+// keeps what it wrote since the last COMMIT, and when the COMMIT's write
+// verifier is not the one every WRITE answered (the server may have lost
+// them, RFC 8881 §18.32.3), it writes them again and commits again.
+type nfsStream struct {
+	c       *nfsclient.Client
+	f       *nfsclient.OpenFile
+	pending []pendingWrite // written since the last COMMIT
+}
+
+type pendingWrite struct {
+	off  int64
+	data []byte
+	verf [8]byte
+}
+
+func (s *nfsStream) writeAt(ctx context.Context, off int64, data []byte) error {
+	w, err := s.c.Write(ctx, s.f, uint64(off), data, nfsv4.UNSTABLE4)
+	if err != nil {
+		return nfsErrno(err)
+	}
+	s.pending = append(s.pending, pendingWrite{off, data, w.Verifier})
+	return nil
+}
+
+func (s *nfsStream) sync(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		verf, err := s.c.Commit(ctx, s.f.FH, 0, 0)
+		if err != nil {
+			return nfsErrno(err)
+		}
+		same := true
+		for _, w := range s.pending {
+			same = same && w.verf == verf
+		}
+		if same {
+			s.pending = s.pending[:0]
+			return nil
+		}
+		if attempt == 3 {
+			return errors.New("the write verifier changed at every COMMIT")
+		}
+		for i, w := range s.pending {
+			r, err := s.c.Write(ctx, s.f, uint64(w.off), w.data, nfsv4.UNSTABLE4)
+			if err != nil {
+				return nfsErrno(err)
+			}
+			s.pending[i].verf = r.Verifier
+		}
+	}
+}
+
+func (s *nfsStream) close(ctx context.Context) error { return nfsErrno(s.c.CloseFile(ctx, s.f)) }
+
+func (f *fuseFS) create(_ context.Context, p string) (stream, error) {
+	fl, err := os.OpenFile(f.path(p), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return fuseStream{fl}, nil
+}
+
+type fuseStream struct{ f *os.File }
+
+func (s fuseStream) writeAt(_ context.Context, off int64, data []byte) error {
+	_, err := s.f.WriteAt(data, off)
+	return err
+}
+
+func (s fuseStream) sync(context.Context) error  { return s.f.Sync() }
+func (s fuseStream) close(context.Context) error { return s.f.Close() }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,9 +35,7 @@ import (
 
 // clusterOptions are the settings every server of a cluster shares.
 type clusterOptions struct {
-	exportDelay time.Duration
-	// checkpoint is --checkpoint-interval; zero keeps the default.
-	checkpoint time.Duration
+	exportDelay time.Duration // --export-delay; zero means 200 ms
 }
 
 // cluster is one file system served by three processes.
@@ -91,7 +90,11 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, s := range c.servers {
-				t.Logf("log of %s (%s):\n%s", s.name, s.stateDir, tail(s.log(), 6000))
+				l := s.log()
+				if i := strings.Index(l, "SIGQUIT: quit"); i >= 0 {
+					l = l[:i] + "(then its goroutines: see the hang report)"
+				}
+				t.Logf("log of %s (%s):\n%s", s.name, s.stateDir, tail(l, 6000))
 			}
 		}
 		os.RemoveAll(dir)
@@ -116,7 +119,8 @@ func (c *cluster) fuse() *server { return c.servers[2] }
 // env is the servers' environment: the store's credentials and none of
 // the caller's AWS settings.
 func (c *cluster) env() []string {
-	return storeEnv("AWS_ACCESS_KEY_ID="+c.store.AccessKey, "AWS_SECRET_ACCESS_KEY="+c.store.SecretKey,
+	// GOTRACEBACK=all: a SIGQUIT (dumpGoroutines) prints every goroutine.
+	return storeEnv("GOTRACEBACK=all", "AWS_ACCESS_KEY_ID="+c.store.AccessKey, "AWS_SECRET_ACCESS_KEY="+c.store.SecretKey,
 		"AWS_REGION="+c.store.Region)
 }
 
@@ -131,9 +135,6 @@ func (s *server) start() {
 	}
 	args = append(args, "--meta", s.c.metaURL, "--bucket", "s3://"+s.c.bucket, "--endpoint", s.c.store.Endpoint,
 		"--state-dir", s.stateDir, "--export-delay", s.c.opts.exportDelay.String())
-	if s.c.opts.checkpoint > 0 {
-		args = append(args, "--checkpoint-interval", s.c.opts.checkpoint.String())
-	}
 	if s.mnt != "" {
 		args = append(args, s.mnt)
 	} else {
@@ -166,7 +167,9 @@ func (s *server) start() {
 	if s.mnt == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cl, err := nfsclient.Dial(ctx, s.nfsAddr, nfsclient.Config{MinorVersion: 1})
+		// Renewals keep the client's lease (and session) whatever the
+		// test waits for.
+		cl, err := nfsclient.Dial(ctx, s.nfsAddr, nfsclient.Config{MinorVersion: 1, RenewInterval: 10 * time.Second})
 		if err != nil {
 			t.Fatalf("connect to %s: %v", s.name, err)
 		}
@@ -228,9 +231,11 @@ func (s *server) dumpGoroutines() string {
 	}
 	before := len(s.log())
 	s.cmd.Process.Signal(syscall.SIGQUIT)
+	// The runtime prints the goroutines in a moment and exits; the exit
+	// of a FUSE server may then wait on its own mount (kill9 clears it).
 	select {
 	case <-s.exited:
-	case <-time.After(20 * time.Second):
+	case <-time.After(5 * time.Second):
 	}
 	s.kill9()
 	l := s.log()
@@ -372,4 +377,41 @@ func bounded[T any](d time.Duration, fn func(ctx context.Context) (T, error)) (T
 		var zero T
 		return zero, errHung
 	}
+}
+
+// framePointers are the register values a SIGQUIT dump adds to each
+// frame's line, left out of the report.
+var framePointers = regexp.MustCompile(` fp=0x[0-9a-f]+ sp=0x[0-9a-f]+ pc=0x[0-9a-f]+`)
+
+// hangReport collects the goroutines of every live server (SIGQUIT, which
+// ends them), keeps the dumps in a directory that outlives the test, and
+// returns where, with the goroutines of bucketfs that waited a minute or
+// more and those in the PostgreSQL store or a flush.
+func (c *cluster) hangReport() string {
+	dir, err := os.MkdirTemp("", "bucketfs-cluster-hang-")
+	if err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "goroutine dumps in %s\n", dir)
+	for _, s := range c.servers {
+		if !s.alive() {
+			continue
+		}
+		dump := s.dumpGoroutines()
+		os.WriteFile(filepath.Join(dir, s.name+".txt"), []byte(dump), 0o644)
+		fmt.Fprintf(&out, "=== %s: goroutines of bucketfs waiting a minute or more, in the PostgreSQL store or in a flush:\n", s.name)
+		n := 0
+		for _, g := range strings.Split(dump, "\n\n") {
+			waits := strings.Contains(g, "minutes]") && strings.Contains(g, "bucketfs/internal/")
+			if waits || strings.Contains(g, "kv/postgres") || strings.Contains(g, "Flush") {
+				if n < 40 {
+					out.WriteString(framePointers.ReplaceAllString(g, "") + "\n\n")
+				}
+				n++
+			}
+		}
+		fmt.Fprintf(&out, "(%d such goroutines)\n", n)
+	}
+	return out.String()
 }
