@@ -60,11 +60,11 @@ const startTimeout = 2 * time.Minute
 type Server struct {
 	t      testing.TB // the owning test; nil for the shared server and Launch's
 	shared bool       // the process's shared server (Shared)
-	bin  string     // the directory of initdb and postgres
-	root string     // temporary directory: data/, postgres.log
-	data string
-	port int
-	cred *syscall.Credential // nil when not running as root
+	bin    string     // the directory of initdb and postgres
+	root   string     // temporary directory: data/, postgres.log
+	data   string
+	port   int
+	cred   *syscall.Credential // nil when not running as root
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // the postmaster; nil while stopped
