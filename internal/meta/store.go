@@ -35,7 +35,8 @@ import (
 //	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
 //	U<key>                      a multipart upload of key about to be created (uploads.go)
 //	c/secret/<name>             a secret made once per file system (secret.go)
-//	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
+//	N<identity><client owner>   a client of one NFS server that may reclaim state after its restart (clients.go)
+//	n<client owner>             the same, of the earlier single-server form, taken over at a start (clients.go)
 //	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
 //	c/bucket                    s3://bucket/prefix the file system mirrors (origin.go)
 //	c/changes-trimmed           the time below which change records were deleted

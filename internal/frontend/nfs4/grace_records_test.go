@@ -18,7 +18,7 @@ import (
 // records returns the owners of the client records in stable storage.
 func (e *env) records(t *testing.T) map[string]bool {
 	t.Helper()
-	recs, err := e.eng.Meta.ClientRecords(context.Background())
+	recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +123,10 @@ func TestARecordWhoseLeaseRanOutBeforeTheStopIsDropped(t *testing.T) {
 			// client's record.
 			stop := time.Now().Add(-2 * time.Hour)
 			ctx := context.Background()
-			if err := e.eng.Meta.PutClientRecord(ctx, "4.1:gone", tc.record(stop)); err != nil {
+			if err := e.eng.Meta.PutClientRecord(ctx, e.srv.identity, "4.1:gone", tc.record(stop)); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.eng.Meta.PutClientRecord(ctx, stopRecord, encodeStop(stop)); err != nil {
+			if err := e.eng.Meta.PutClientRecord(ctx, e.srv.identity, stopRecord, encodeStop(stop)); err != nil {
 				t.Fatal(err)
 			}
 			e.startServer()
@@ -154,7 +154,7 @@ func TestTheRecordOfAClientThatHoldsStateFollowsItsRenewals(t *testing.T) {
 	c := e.dial(0, userCred)
 	confirmedOpen40(t, c, "renewing40", "held")
 	stored := func() time.Time {
-		recs, err := e.eng.Meta.ClientRecords(context.Background())
+		recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity)
 		if err != nil {
 			t.Fatal(err)
 		}
