@@ -583,6 +583,13 @@ func (l *leadership) Self() uint64 { return l.selfID() }
 // and a server that started after the last look is found by the next.
 // Rule: a live server is never taken for dead; a dead one is taken for
 // alive at most about two lease times plus one look.
+//
+// An earlier run of this server's own state directory is dead at once
+// (its registry record names this server's NFS identity, which lives in
+// the state directory, and this run holds the directory's lock): a run
+// restarted after a crash must not find its own clients' locks, which they
+// are about to reclaim, held against them by its dead predecessor. The
+// other servers wait out the lease time as for any dead server.
 func (l *leadership) Alive(server uint64) bool {
 	id := fmt.Sprintf("%016x", server)
 	l.mu.Lock()
@@ -591,6 +598,9 @@ func (l *leadership) Alive(server uint64) bool {
 		return true
 	}
 	if o, ok := l.peers[id]; ok {
+		if l.self.NFS != "" && o.srv.NFS == l.self.NFS {
+			return false
+		}
 		return time.Since(o.since) < l.leaseTime
 	}
 	if _, ok := l.gone[id]; ok {
