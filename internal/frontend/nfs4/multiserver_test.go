@@ -440,3 +440,69 @@ func TestAClientReclaimsItsLockWhenItsServerRestartsNextToAnother(t *testing.T) 
 		t.Fatalf("b's client after a's restart: %v", err)
 	}
 }
+
+// The client records of a server that dies and never comes back are
+// deleted by another server once the registry has not listed it for
+// ForgetAfter, and not before; while it runs they stay, however long. The
+// deleting server's own records stay. A server that comes back after that
+// has no client to wait for.
+func TestTheRecordsOfAServerThatNeverComesBackAreDeleted(t *testing.T) {
+	const forget = 3 * time.Second
+	f := newPGFS(t)
+	dirA := t.TempDir()
+	a := f.start(dirA, Options{ForgetAfter: forget})
+	b := f.start(t.TempDir(), Options{ForgetAfter: forget})
+	ctx := context.Background()
+	for _, n := range []*pgNode{a, b} {
+		c := n.client(nfsclient.Config{OwnerID: "holder", RenewInterval: 200 * time.Millisecond})
+		root, err := c.RootFH(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Create(ctx, root, "held-"+n.addr, nfsclient.OpenOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// While a runs, b leaves its records alone, for longer than forget.
+	for until := time.Now().Add(forget + 2*time.Second); time.Now().Before(until); {
+		if !a.records(t, b)["4.1:holder"] {
+			t.Fatal("b deleted the client record of a, which runs")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	a.crash()
+	crashed := time.Now()
+	deadline := crashed.Add(2*registryLease + forget + 15*time.Second)
+	for {
+		recs, err := b.eng.Meta.ClientRecords(ctx, a.opts.Identity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's client records are still there %v after it died: %q", time.Since(crashed), slices.Collect(maps.Keys(recs)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	gone := time.Since(crashed)
+	t.Logf("the records of the dead server were deleted %v after it died (registry lease %v, ForgetAfter %v)",
+		gone.Round(time.Millisecond), registryLease, forget)
+	if gone < registryLease+forget {
+		t.Errorf("a's records went %v after it died: before the registry could have missed it for %v", gone, forget)
+	}
+	if !b.records(t, b)["4.1:holder"] {
+		t.Errorf("b's own client record went too: %v", b.records(t, b))
+	}
+
+	a = f.start(dirA, Options{ForgetAfter: forget})
+	a.srv.state.mu.Lock()
+	inGrace := a.srv.state.inGrace(time.Now())
+	a.srv.state.mu.Unlock()
+	if inGrace {
+		t.Error("a server whose records were deleted came back with a grace period")
+	}
+}
