@@ -121,6 +121,16 @@ func (l *leadership) run(ctx context.Context) {
 		if err := l.e.Meta.ReleaseLease(rctx, meta.SyncLease, l.self.ID); err != nil {
 			l.e.log.Warn("release the sync lease; another server takes it over after the lease time", "err", err)
 		}
+		// Locks this server's clients still hold at a clean stop (an NFS
+		// server keeps them for its clients to reclaim at its restart)
+		// hold for the other servers as after a crash: the registry
+		// record is left to run out, so they honour the locks for the
+		// lease time, and a restart of this state directory takes them
+		// over (Alive).
+		if held, err := l.e.Meta.HoldsLocks(rctx, l.selfID()); err != nil || held {
+			l.e.log.Info("clients of this server hold locks: its registry record is left to run out, so the other servers honour them for the lease time", "lease", l.leaseTime)
+			return
+		}
 		if err := l.e.Meta.RemoveServer(rctx, l.self.ID, 0); err != nil {
 			l.e.log.Warn("remove this server from the registry", "err", err)
 		}

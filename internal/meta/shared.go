@@ -323,3 +323,21 @@ func (s *Store) DropServerState(ctx context.Context, server uint64) error {
 	}
 	return nil
 }
+
+// HoldsLocks reports whether server has a lock record (P<ino><server>)
+// left in the store.
+func (s *Store) HoldsLocks(ctx context.Context, server uint64) (bool, error) {
+	var found bool
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		found = false
+		lo := []byte{pLocks}
+		return r.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+			found = len(k) == 17 && kv.Uint64(k[9:]) == server
+			return !found
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("locks of server %d: %w", server, err)
+	}
+	return found, nil
+}

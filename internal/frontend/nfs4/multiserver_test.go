@@ -506,3 +506,34 @@ func TestTheRecordsOfAServerThatNeverComesBackAreDeleted(t *testing.T) {
 		t.Error("a server whose records were deleted came back with a grace period")
 	}
 }
+
+// A clean stop of a server is a restart to its clients, as a crash is:
+// the locks they hold stay theirs against the other servers' clients
+// until the lease time, and they reclaim them when the server is back.
+func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim(t *testing.T) {
+	f := newPGFS(t)
+	dirA := t.TempDir()
+	a, b := f.start(dirA, Options{}), f.start(t.TempDir(), Options{})
+	x := a.env().dial(1, userCred)
+	x.session("x")
+	fh, sid := openFile(t, x, "o", "ledger")
+	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	w := b.env().dial(1, authSys(1001, 1001))
+	w.session("w")
+	out := w.do(putroot(), openArgs(w, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	wsid := openOK(t, out[1]).Stateid
+
+	a.stop()
+	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
+
+	a = f.start(dirA, Options{})
+	x = a.env().dial(1, userCred)
+	if x.sessionOnly("x") {
+		t.Fatal("the restarted server knew x's client id")
+	}
+	out = x.do(putfh(fh), openPrevious(x, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	sid = openOK(t, out[1]).Stateid
+	x.do(putfh(fh), lockReclaim(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	x.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
+}

@@ -198,8 +198,9 @@ func (s *Server) keepRecords() {
 // closeRecords leaves, at a clean stop, the records of the clients that
 // hold state now, with their exact renewals, and a stop record; the
 // records of clients that hold nothing, or whose lease has run out, go:
-// the next instance waits for the others alone.
-func (s *Server) closeRecords() {
+// the next instance waits for the others alone. It returns the owners
+// whose records it left.
+func (s *Server) closeRecords() map[string]bool {
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
 	t := s.state
@@ -224,11 +225,16 @@ func (s *Server) closeRecords() {
 	t.mu.Unlock()
 	if err := s.fs.Meta().ChangeClientRecords(context.Background(), s.identity, put, del); err != nil {
 		s.log.Error("updating NFS client records in stable storage at the stop", "err", err)
-		return
+		return nil
 	}
+	kept := map[string]bool{}
 	if len(holding) > 0 {
 		slices.Sort(holding)
 		s.log.Info("NFS clients that hold state may reclaim it from the next server on this file system",
 			"clients", fmt.Sprintf("%q", holding))
+		for _, k := range holding {
+			kept[k] = true
+		}
 	}
+	return kept
 }

@@ -270,12 +270,21 @@ func (s *Server) Close() error {
 	close(s.stop)
 	s.reaperWG.Wait()
 	// The records of the clients that hold state stay in stable storage:
-	// to them this is a restart, after which they reclaim (grace.go).
-	s.closeRecords()
+	// to them this is a restart, after which they reclaim (grace.go). On
+	// a file system shared with other servers their locks stay too: the
+	// store keeps them for the other servers until this server is known
+	// dead (the engine leaves its registry record to run out), so that
+	// nobody else takes a lock its holder is about to reclaim. Their
+	// opens and share reservations are released.
+	kept := s.closeRecords()
 	for _, cl := range s.state.allClients() {
 		s.state.mu.Lock()
 		opens := s.state.removeClient(cl)
 		s.state.mu.Unlock()
+		if s.fs.Shared() && kept[cl.key] {
+			s.releaseOpens(opens)
+			continue
+		}
 		s.releaseClient(cl.id, opens)
 	}
 	return nil
