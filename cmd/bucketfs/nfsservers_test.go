@@ -16,6 +16,7 @@ import (
 
 	"bucketfs/internal/nfsclient"
 	"bucketfs/internal/pgtest"
+	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
 )
 
@@ -42,32 +43,50 @@ func (b *syncBuffer) String() string {
 // keeps its lock against the other server's clients until its own lease
 // has run out, and loses it after the server lease (10 s): then a client
 // of the other server gets it. What it synced reads back there.
-func TestTheLockOfAKilledServesClientGoesToAnotherServeAfterTheLease(t *testing.T) {
+// serveOnPG starts `bucketfs serve --meta url` processes on one bucket.
+type serveOnPG struct {
+	t      *testing.T
+	url    string
+	bucket string
+	st     *s3local.Server
+}
+
+func newServeOnPG(t *testing.T) *serveOnPG {
 	url := pgtest.Start(t).NewDatabase(t)
 	st, bucket := s3test.NewBucket(t)
-	serve := func() (*exec.Cmd, string) {
-		addr := freeAddr(t)
-		cmd := exec.Command(binary, "serve", "--state-dir", t.TempDir(), "--meta", url, "--bucket", "s3://"+bucket,
-			"--endpoint", st.Endpoint, "--nfs-listen", addr, "--root-squash=false")
-		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+st.AccessKey, "AWS_SECRET_ACCESS_KEY="+st.SecretKey,
-			"AWS_REGION="+st.Region)
-		log := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("serve on %s:\n%s", addr, log)
-			}
-		})
-		waitFor(t, "serve on "+addr, func() bool { return strings.Contains(log.String(), "over NFS on") })
-		return cmd, addr
+	return &serveOnPG{t: t, url: url, bucket: bucket, st: st}
+}
+
+// start runs serve on state directory dir and a free port; the process
+// is stopped with the test if it still runs.
+func (p *serveOnPG) start(dir string) (*exec.Cmd, string) {
+	t := p.t
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, "serve", "--state-dir", dir, "--meta", p.url, "--bucket", "s3://"+p.bucket,
+		"--endpoint", p.st.Endpoint, "--nfs-listen", addr, "--root-squash=false")
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+p.st.AccessKey, "AWS_SECRET_ACCESS_KEY="+p.st.SecretKey,
+		"AWS_REGION="+p.st.Region)
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	procA, addrA := serve()
-	_, addrB := serve()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("serve on %s:\n%s", addr, log)
+		}
+	})
+	waitFor(t, "serve on "+addr, func() bool { return strings.Contains(log.String(), "over NFS on") })
+	return cmd, addr
+}
+
+func TestTheLockOfAKilledServesClientGoesToAnotherServeAfterTheLease(t *testing.T) {
+	p := newServeOnPG(t)
+	procA, addrA := p.start(t.TempDir())
+	_, addrB := p.start(t.TempDir())
 	ctx := context.Background()
 	dial := func(addr string, renew time.Duration) *nfsclient.Client {
 		c, err := nfsclient.Dial(ctx, addr, nfsclient.Config{MinorVersion: 1, RenewInterval: renew})
@@ -144,5 +163,93 @@ func TestTheLockOfAKilledServesClientGoesToAnotherServeAfterTheLease(t *testing.
 	}
 	if data, _, err := cb.Read(ctx, fb, 0, 100); err != nil || string(data) != "synced through a" {
 		t.Fatalf("READ through b of what a's client synced: %q, %v", data, err)
+	}
+}
+
+// A client of a serve killed with SIGKILL and started again on the same
+// state directory reclaims its open and lock in the restarted server's
+// grace period, while the other server's clients are refused the lock all
+// along: before the killed run is known dead, and after.
+func TestAClientReclaimsItsLockWhenItsServeIsKilledAndStartedAgain(t *testing.T) {
+	p := newServeOnPG(t)
+	dirA := t.TempDir()
+	procA, addrA := p.start(dirA)
+	_, addrB := p.start(t.TempDir())
+	ctx := context.Background()
+	const owner = "reclaimer"
+	ca, err := nfsclient.Dial(ctx, addrA, nfsclient.Config{MinorVersion: 1, OwnerID: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := ca.RootFH(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, err := ca.Create(ctx, root, "ledger", nfsclient.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Lock(ctx, fa, nfsv4.WRITE_LT, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := nfsclient.Dial(ctx, addrB, nfsclient.Config{MinorVersion: 1, RenewInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cb.Close() })
+	fb, err := cb.OpenFH(ctx, fa.FH, nfsclient.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := func() {
+		t.Helper()
+		if err := cb.Lock(ctx, fb, nfsv4.WRITE_LT, 50, 10); !errors.Is(err, nfsclient.Status(nfsv4.NFS4ERR_DENIED)) {
+			t.Fatalf("LOCK through b of the reclaimer's range: %v; want NFS4ERR_DENIED", err)
+		}
+	}
+	denied()
+
+	if err := procA.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	procA.Wait()
+	ca.Close()
+	_, addrA = p.start(dirA)
+	denied()
+
+	// The client comes back with the same owner and a new client id.
+	ca, err = nfsclient.Dial(ctx, addrA, nfsclient.Config{MinorVersion: 1, OwnerID: owner,
+		SkipReclaimComplete: true, RenewInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ca.Close() })
+	res, err := ca.Do(ctx, &nfsv4.NfsArgop4_OP_PUTFH{Opputfh: nfsv4.Putfh4args{Object: fa.FH}},
+		&nfsv4.NfsArgop4_OP_OPEN{Opopen: nfsv4.Open4args{ShareAccess: nfsv4.OPEN4_SHARE_ACCESS_BOTH,
+			ShareDeny: nfsv4.OPEN4_SHARE_DENY_NONE, Owner: nfsv4.StateOwner4{Clientid: ca.ClientID(), Owner: []byte("o")},
+			Openhow: &nfsv4.Openflag4_default{Opentype: nfsv4.OPEN4_NOCREATE},
+			Claim:   &nfsv4.OpenClaim4_CLAIM_PREVIOUS{DelegateType: nfsv4.OPEN_DELEGATE_NONE}}})
+	if err != nil {
+		t.Fatalf("OPEN CLAIM_PREVIOUS after the restart: %v", err)
+	}
+	openSid := res[1].(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK).Resok4.Stateid
+	if _, err := ca.Do(ctx, &nfsv4.NfsArgop4_OP_PUTFH{Opputfh: nfsv4.Putfh4args{Object: fa.FH}},
+		&nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsv4.WRITE_LT, Reclaim: true, Offset: 0, Length: 100,
+			Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenStateid: openSid,
+				LockOwner: nfsv4.StateOwner4{Clientid: ca.ClientID(), Owner: []byte("l")}}}}}); err != nil {
+		t.Fatalf("LOCK reclaim after the restart: %v", err)
+	}
+	if err := ca.ReclaimComplete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	denied()
+
+	// Through the time in which b finds the killed run dead (its
+	// heartbeat unchanged for the 10 s server lease) and removes it from
+	// the registry (twice that), the reclaimed lock refuses b's client.
+	deadline := time.Now().Add(22 * time.Second)
+	for time.Now().Before(deadline) {
+		denied()
+		time.Sleep(500 * time.Millisecond)
 	}
 }
