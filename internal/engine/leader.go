@@ -599,7 +599,11 @@ func (l *leadership) Self() uint64 { return l.selfID() }
 // the state directory, and this run holds the directory's lock): a run
 // restarted after a crash must not find its own clients' locks, which they
 // are about to reclaim, held against them by its dead predecessor. The
-// other servers wait out the lease time as for any dead server.
+// other servers wait out the lease time as for any dead server. Known gap:
+// the first transaction of this run on an inode deletes the predecessor's
+// records there, so a lock on that inode that another of its clients has
+// not reclaimed yet stops binding the other servers from then on, not at
+// the lease time.
 func (l *leadership) Alive(server uint64) bool {
 	id := fmt.Sprintf("%016x", server)
 	l.mu.Lock()
