@@ -46,6 +46,15 @@ import (
 // quarter before its death. Nothing else of its clients is lost: their
 // data and namespace changes are in the store when acknowledged.
 //
+// A server that restarts (the same state directory, so the same
+// identity): its clients reclaim in its grace period (grace.go). Its
+// earlier run's locks, left in the store by a crash or by a clean stop
+// (Close keeps the locks of clients that hold state, and the engine then
+// leaves its registry record to run out), bind the other servers' clients
+// until the lease time as above; the restarted run itself takes them for
+// dead at once (engine's Alive), so they never refuse its own clients'
+// reclaims.
+//
 // Records of a server that never comes back (forgetGoneServers below): they
 // matter only to a restart of that server, so once the registry has not
 // listed it for ForgetAfter, on the clock of a server that looks, that
