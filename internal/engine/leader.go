@@ -126,7 +126,7 @@ func (l *leadership) run(ctx context.Context) {
 		// hold for the other servers as after a crash: the registry
 		// record is left to run out, so they honour the locks for the
 		// lease time, and a restart of this state directory takes them
-		// over (Alive).
+		// over (earlierRun).
 		if held, err := l.e.Meta.HoldsLocks(rctx, l.selfID()); err != nil || held {
 			l.e.log.Info("clients of this server hold locks: its registry record is left to run out, so the other servers honour them for the lease time", "lease", l.leaseTime)
 			return
@@ -593,17 +593,6 @@ func (l *leadership) Self() uint64 { return l.selfID() }
 // and a server that started after the last look is found by the next.
 // Rule: a live server is never taken for dead; a dead one is taken for
 // alive at most about two lease times plus one look.
-//
-// An earlier run of this server's own state directory is dead at once
-// (its registry record names this server's NFS identity, which lives in
-// the state directory, and this run holds the directory's lock): a run
-// restarted after a crash must not find its own clients' locks, which they
-// are about to reclaim, held against them by its dead predecessor. The
-// other servers wait out the lease time as for any dead server. Known gap:
-// the first transaction of this run on an inode deletes the predecessor's
-// records there, so a lock on that inode that another of its clients has
-// not reclaimed yet stops binding the other servers from then on, not at
-// the lease time.
 func (l *leadership) Alive(server uint64) bool {
 	id := fmt.Sprintf("%016x", server)
 	l.mu.Lock()
@@ -612,9 +601,6 @@ func (l *leadership) Alive(server uint64) bool {
 		return true
 	}
 	if o, ok := l.peers[id]; ok {
-		if l.self.NFS != "" && o.srv.NFS == l.self.NFS {
-			return false
-		}
 		return time.Since(o.since) < l.leaseTime
 	}
 	if _, ok := l.gone[id]; ok {
@@ -624,6 +610,22 @@ func (l *leadership) Alive(server uint64) bool {
 		l.asked[id] = time.Now()
 	}
 	return true
+}
+
+// earlierRun implements meta.Options.EarlierRun, from memory: a server
+// whose registry record names this server's NFS identity is an earlier
+// run of this state directory (the identity lives there, and this run
+// holds the directory's lock, so that run is dead, by a crash or a stop
+// that left its clients' locks for them to reclaim). Its records of locks,
+// opens and share reservations do not hold against this run, whose
+// clients reclaim what they held through it; the other servers honour
+// them until they find it dead, as for any dead server, and then they go.
+func (l *leadership) earlierRun(server uint64) bool {
+	id := fmt.Sprintf("%016x", server)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.peers[id]
+	return ok && id != l.self.ID && l.self.NFS != "" && o.srv.NFS == l.self.NFS
 }
 
 // noteGone moves the servers asked about before a look at the registry

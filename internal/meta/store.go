@@ -105,6 +105,12 @@ type Options struct {
 	Server                        uint64
 	ChangeWindow, ChangeRetention time.Duration
 
+	// EarlierRun, if set, tells whether a server is an earlier run of
+	// this one (shared.go): its lock, open and share records, while it is
+	// alive, neither bind this server nor are deleted by it. It is asked
+	// inside kv transactions: it must answer from memory.
+	EarlierRun func(server uint64) bool
+
 	// MaxObservationAge bounds how long an Observation serves imports
 	// (fences.go); 0 means DefaultMaxObservationAge.
 	MaxObservationAge time.Duration
@@ -129,6 +135,8 @@ type Store struct {
 
 	changes                       changeLog // see changes.go
 	changeWindow, changeRetention time.Duration
+
+	earlier func(server uint64) bool // Options.EarlierRun
 }
 
 // Open loads the namespace from db, creating a new file system when db is
@@ -159,6 +167,7 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		s.changes.server = kv.Uint64(b[:])
 	}
 	s.changeWindow = cmp.Or(opt.ChangeWindow, DefaultChangeWindow)
+	s.earlier = opt.EarlierRun
 	s.changeRetention = cmp.Or(opt.ChangeRetention, DefaultChangeRetention)
 	s.maxObservationAge = cmp.Or(opt.MaxObservationAge, DefaultMaxObservationAge)
 	if opt.ChangeLog {

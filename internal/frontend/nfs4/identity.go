@@ -51,9 +51,10 @@ import (
 // earlier run's locks, left in the store by a crash or by a clean stop
 // (Close keeps the locks of clients that hold state, and the engine then
 // leaves its registry record to run out), bind the other servers' clients
-// until the lease time as above; the restarted run itself takes them for
-// dead at once (engine's Alive), so they never refuse its own clients'
-// reclaims.
+// until the lease time as above; the restarted run itself ignores them
+// (meta.Options.EarlierRun), so they never refuse its own clients'
+// reclaims, and after its grace period a lock nobody reclaimed no longer
+// binds its clients, as on a single server.
 //
 // Records of a server that never comes back (forgetGoneServers below): they
 // matter only to a restart of that server, so once the registry has not

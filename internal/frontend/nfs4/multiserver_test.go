@@ -537,3 +537,43 @@ func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim
 	x.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
 	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
 }
+
+// Two clients of a server that crashed hold locks on one file; after the
+// restart, the first one's reclaim does not free the second one's lock
+// for another server's client: the earlier run's records bind the other
+// servers until they find it dead, and the second client reclaims its
+// lock.
+func TestOneClientsReclaimDoesNotFreeAnotherClientsLockForOtherServers(t *testing.T) {
+	f := newPGFS(t)
+	dirA := t.TempDir()
+	a, b := f.start(dirA, Options{}), f.start(t.TempDir(), Options{})
+	x1 := a.env().dial(1, userCred)
+	x1.session("x1")
+	fh, sid1 := openFile(t, x1, "o", "ledger")
+	x1.do(putfh(fh), lockNew(x1, sid1, "l", nfsv4.WRITE_LT, 0, 100))
+	x2 := a.env().dial(1, userCred)
+	x2.session("x2")
+	_, sid2 := openFile(t, x2, "o", "ledger")
+	x2.do(putfh(fh), lockNew(x2, sid2, "l", nfsv4.WRITE_LT, 200, 100))
+	w := b.env().dial(1, authSys(1001, 1001))
+	w.session("w")
+	out := w.do(putroot(), openArgs(w, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	wsid := openOK(t, out[1]).Stateid
+
+	a.crash()
+	a = f.start(dirA, Options{})
+	x1 = a.env().dial(1, userCred)
+	x1.sessionOnly("x1")
+	out = x1.do(putfh(fh), openPrevious(x1, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	x1.do(putfh(fh), lockReclaim(x1, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 0, 100))
+	x1.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+
+	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 250, 1))
+	x2 = a.env().dial(1, userCred)
+	x2.sessionOnly("x2")
+	out = x2.do(putfh(fh), openPrevious(x2, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	x2.do(putfh(fh), lockReclaim(x2, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 200, 100))
+	x2.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 250, 1))
+	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
+}
