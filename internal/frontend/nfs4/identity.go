@@ -114,9 +114,11 @@ func checkIdentity(opts *Options, shared bool) error {
 // eir_server_scope (RFC 8881 2.10.4, 2.10.5, 18.35).
 //
 // The scope is the file system's: "bucketfs:" and its id, the same on
-// every server of it. Servers that share a scope say their server owners
-// may be compared, and that they agree on what names mean: the
-// filehandles of one are valid on the others, as ours are.
+// every server of it. Servers that share a scope say that their server
+// owners may be compared (RFC 8881 2.10.4: owners under different scopes
+// are different whatever their bytes), which lets a client tell that the
+// servers of one file system belong together; our guarantee behind it is
+// that the filehandles of one are valid on the others (fh.go).
 //
 // The owner's major id is the server's own ("bucketfs:", the file
 // system's id, "/", its identity in hex), stable across its restarts,
