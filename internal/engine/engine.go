@@ -315,6 +315,7 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.leader, err = newLeadership(e, e.ownKV); err != nil {
 		return nil, err
 	}
+	e.knownIdentity()
 	kept := func(ino meta.Ino, name string) {
 		if e.Importer != nil { // set before the file system serves
 			e.Importer.KeptInLostFound(ino, name)

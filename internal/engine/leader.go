@@ -687,9 +687,15 @@ func (l *leadership) checkSettings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
+	nfs := l.self.NFS
+	l.mu.Unlock()
 	for _, s := range srvs {
 		if s.ID == l.self.ID || s.Settings == "" || s.Settings == l.self.Settings {
 			continue
+		}
+		if nfs != "" && s.NFS == nfs {
+			continue // an earlier run of this state directory (earlierRun)
 		}
 		if time.Since(s.Heartbeat) > 2*l.leaseTime {
 			continue

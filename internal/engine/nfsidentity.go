@@ -20,7 +20,8 @@ import (
 // directory, in the file nfs-identity (16 hex digits), made once, from
 // random bytes, and synced (the file and the directory) before it is
 // used. The identity is also in this server's registry record
-// (meta.Server.NFS), which is how the other NFS servers know it runs.
+// (meta.Server.NFS), which is how the other NFS servers know it runs, and
+// how a run of the state directory knows an earlier run's record.
 //
 // A state directory copied to another machine carries its identity with
 // it: two servers started on copies would share their client records.
@@ -44,19 +45,41 @@ func (e *Engine) NFSIdentity() (uint64, error) {
 	return id, nil
 }
 
-func loadOrMakeIdentity(path string) (uint64, error) {
+// readIdentity reads the identity at path; fs.ErrNotExist if none was
+// made yet.
+func readIdentity(path string) (uint64, error) {
 	b, err := os.ReadFile(path)
-	if err == nil {
-		id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
-		if err != nil || id == 0 {
-			return 0, fmt.Errorf("%s holds %q, not an identity (16 hex digits): remove it to have a new one made, and the clients of this server lose what they could reclaim", path, strings.TrimSpace(string(b)))
-		}
-		return id, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	if err != nil {
 		return 0, err
 	}
-	var id uint64
+	id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("%s holds %q, not an identity (16 hex digits): remove it to have a new one made, and the clients of this server lose what they could reclaim", path, strings.TrimSpace(string(b)))
+	}
+	return id, nil
+}
+
+// knownIdentity names, at the start, the identity the state directory
+// has already, if any, in the registry record (before the first one is
+// written): an earlier run of this directory that left its record behind
+// (a crash, or a stop that left its clients' locks) is then known for
+// what it is from the first look (earlierRun, checkSettings). A directory
+// that never served NFS has none, and no such earlier run.
+func (e *Engine) knownIdentity() {
+	id, err := readIdentity(filepath.Join(e.cfg.StateDir, nfsIdentityFile))
+	if err != nil {
+		return // none yet, or a bad one: NFSIdentity reports it
+	}
+	e.leader.mu.Lock()
+	e.leader.self.NFS = fmt.Sprintf("%016x", id)
+	e.leader.mu.Unlock()
+}
+
+func loadOrMakeIdentity(path string) (uint64, error) {
+	id, err := readIdentity(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return id, err
+	}
 	for id == 0 {
 		var r [8]byte
 		if _, err := rand.Read(r[:]); err != nil {

@@ -1,10 +1,17 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"bucketfs/internal/meta"
 )
 
 // The NFS identity is made once and read back the same at every start; a
@@ -30,5 +37,53 @@ func TestTheNFSIdentityIsMadeOnceAndKept(t *testing.T) {
 		if id, err := loadOrMakeIdentity(path); err == nil || !strings.Contains(err.Error(), path) {
 			t.Errorf("identity file %q gave %x, %v; want an error naming the file", bad, id, err)
 		}
+	}
+}
+
+// The record an earlier run of a state directory left in the registry (a
+// crash, or a stop that left its NFS clients' locks) does not refuse a new
+// run of that directory with other settings: it is the same server. It
+// still refuses another server's.
+func TestARestartWithOtherSettingsIsNotRefusedByItsOwnEarlierRun(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	a := c.open(t, 2*time.Second, "", func(cfg *Config) { cfg.StateDir = dir })
+	id, err := a.NFSIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srvs, err := a.Meta.Servers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(srvs, func(s meta.Server) bool { return s.NFS == fmt.Sprintf("%016x", id) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the registry record never named the NFS identity")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	open := func(dir string) error {
+		cfg := Config{StateDir: dir, KV: c.db, Shared: true, LeaseTime: 2 * time.Second,
+			Bucket: c.bucket, Endpoint: c.srv.Endpoint, AccessKey: c.srv.AccessKey, SecretKey: c.srv.SecretKey, Region: c.srv.Region,
+			ExportDelay: time.Minute, PollInterval: -1, RevalidateTTL: -1, CheckpointInterval: -1}
+		e, err := Open(ctx, cfg)
+		if err == nil {
+			e.Close()
+		}
+		return err
+	}
+	if err := open(t.TempDir()); !errors.Is(err, ErrSettings) {
+		t.Fatalf("another server with another export delay beside the crashed run: %v; want ErrSettings", err)
+	}
+	if err := open(dir); err != nil {
+		t.Fatalf("a new run of the crashed server's state directory with another export delay: %v", err)
 	}
 }
