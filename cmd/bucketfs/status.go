@@ -54,9 +54,11 @@ func status(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("status", flag.ContinueOnError)
 	stateDir := fset.String("state-dir", defaultStateDir(), "state directory of the file system")
 	asJSON := fset.Bool("json", false, "print JSON")
+	metaURL := fset.String("meta", "", "PostgreSQL URL of a shared metadata store: with no server running here, status is read from the database (the shared queue, the lease, the live servers)")
+	metaSchema := fset.String("meta-schema", "bucketfs", "schema of --meta that holds the file system")
 	var delay time.Duration
 	durationVar(fset, &delay, "export-delay", 60*time.Second, "", "the export delay, for the age of pending exports of a stopped file system")
-	if err := parseFlags(fset, args, stdout, command{name: "status", synopsis: "status [--state-dir DIR | MOUNTPOINT] [--json]",
+	if err := parseFlags(fset, args, stdout, command{name: "status", synopsis: "status [--state-dir DIR | MOUNTPOINT] [--meta URL [--meta-schema S]] [--json]",
 		about:   "Shows where sync stands: pending exports, import lag, conflicts, tier use, S3 requests.",
 		example: "bucketfs status /mnt/data --json"}); err != nil {
 		return err
@@ -84,6 +86,10 @@ func status(args []string, stdout, stderr io.Writer) error {
 		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
+	case notRunning(err) && *metaURL != "":
+		if st, err = engine.SharedStatus(ctx, *metaURL, *metaSchema, delay); err != nil {
+			return err
+		}
 	case notRunning(err):
 		if st, err = engine.OfflineStatus(ctx, *stateDir, delay); err != nil {
 			return err
@@ -102,15 +108,24 @@ func status(args []string, stdout, stderr io.Writer) error {
 
 func printStatus(w io.Writer, st *engine.Status) {
 	state := "stopped (figures from its last run, queue read now)"
-	if st.Running {
+	switch {
+	case st.FromDatabase && st.Running:
+		state = "running elsewhere (read from the shared database)"
+	case st.FromDatabase:
+		state = "no live server (read from the shared database)"
+	case st.Running:
 		state = fmt.Sprintf("running (pid %d)", st.PID)
 	}
 	fmt.Fprintf(w, "bucketfs %s: %s\n", st.Bucket, state)
 	if st.EventsToken != "" {
 		fmt.Fprintf(w, "  events token      %s (for /events: Authorization: Bearer TOKEN, or https://bucketfs:TOKEN@HOST/events)\n", st.EventsToken)
 	}
+	pendingBytes := human(st.PendingBytes)
+	if st.PendingBytesPartial {
+		pendingBytes = "at least " + pendingBytes
+	}
 	fmt.Fprintf(w, "  pending exports   %d (%s), oldest %s old, export delay %s\n", st.PendingExports,
-		human(st.PendingBytes), dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
+		pendingBytes, dur(st.OldestPendingAgeS), dur(st.ExportDelayS))
 	printServers(w, st)
 	fmt.Fprintf(w, "  exported          %d (%s), %s, %d refused by a bucket-side change\n",
 		st.Exported, human(st.ExportedBytes), count(st.ExportFailures, "failed attempt", "failed attempts"), st.ExportConflicts)

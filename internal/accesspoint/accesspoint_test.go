@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
@@ -96,7 +96,7 @@ func TestAListRefusesANameGivenTwice(t *testing.T) {
 
 func newFS(t *testing.T) *vfs.FS {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -525,6 +525,9 @@ func (e *Engine) Close() error {
 		e.wg.Wait()
 		e.leader.endTerm() // one the test hook left running (leader.go)
 	}
+	if e.FS != nil {
+		e.FS.WaitCloses()
+	}
 	var errs []error
 	if e.stop != nil {
 		if err := e.saveStatus(context.Background()); err != nil {

@@ -16,24 +16,43 @@ import (
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
 )
 
-func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
+// TestMain stops the shared S3 store and the PostgreSQL server the tests'
+// stores run on with BUCKETFS_TEST_KV=postgres (package testkv) when they
+// have run.
+func TestMain(m *testing.M) { os.Exit(s3test.Main(pgtest.M(m))) }
 
 func openEngine(t *testing.T) *Engine {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
-	e, err := Open(context.Background(), Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint,
+	e, err := Open(context.Background(), withTestKV(t, Config{StateDir: t.TempDir(), Bucket: name, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
-		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, WrapKV: replayFromEnv(t)})
+		ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, WrapKV: replayFromEnv(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// withTestKV gives cfg the metadata store the tests run on (package
+// testkv): with BUCKETFS_TEST_KV=postgres a PostgreSQL database for its
+// state directory, which the engine uses as it uses a shared store in
+// production (the sync lease is taken, not assumed); on Pebble none, and
+// the engine opens its own under the state directory. cfg's bucket must
+// be external, as every test's here is (s3test).
+func withTestKV(t *testing.T, cfg Config) Config {
+	t.Helper()
+	if cfg.KV == nil && cfg.MetaFS == nil {
+		cfg.KV = testkv.ForEngine(t, cfg.StateDir)
+	}
+	return cfg
 }
 
 // replayFromEnv is the Config.WrapKV of the tests' engines: kvreplay's
@@ -146,6 +165,7 @@ func TestMetricsMoveWithWritesExportsReadsAndConflicts(t *testing.T) {
 func TestStatusOfAStoppedFileSystemReadsTheQueue(t *testing.T) {
 	srv, name := s3test.NewBucket(t)
 	dir := t.TempDir()
+	testkv.SkipOnPostgres(t, "the status of a stopped file system is read from the Pebble store in its state directory")
 	cfg := Config{StateDir: dir, Bucket: name, Endpoint: srv.Endpoint, AccessKey: srv.AccessKey,
 		SecretKey: srv.SecretKey, Region: srv.Region, ExportDelay: time.Hour, PollInterval: -1, WrapKV: replayFromEnv(t)}
 	e, err := Open(context.Background(), cfg)

@@ -22,7 +22,7 @@ func openEngineCfg(t *testing.T, mod func(*Config)) *Engine {
 	if mod != nil {
 		mod(&cfg)
 	}
-	e, err := Open(context.Background(), cfg)
+	e, err := Open(context.Background(), withTestKV(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

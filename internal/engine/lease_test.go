@@ -17,7 +17,7 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
@@ -35,7 +35,7 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	srv, name := s3test.NewBucket(t)
-	db, err := kvpebble.Open(filepath.Join(t.TempDir(), "meta"), kvpebble.Options{})
+	db, err := testkv.Open(t, filepath.Join(t.TempDir(), "meta"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
@@ -300,6 +301,7 @@ func plAlphabet() []plOp {
 // on mem, a file system that can simulate a power loss; nothing is
 // exported or imported on its own.
 func crashableConfig(t *testing.T, mem *pebblevfs.MemFS) Config {
+	testkv.SkipOnPostgres(t, "a power loss is simulated by Pebble's crashable in-memory file system under the store")
 	srv, bucketName := s3test.NewBucket(t)
 	return Config{StateDir: t.TempDir(), Bucket: bucketName, Endpoint: srv.Endpoint,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,

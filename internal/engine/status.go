@@ -1,16 +1,19 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"bucketfs/internal/bucket"
 	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/postgres"
 	"bucketfs/internal/meta"
 	bsync "bucketfs/internal/sync"
 	"bucketfs/internal/vfs"
@@ -19,40 +22,47 @@ import (
 // Status is where sync stands, as `bucketfs status` prints it and the
 // metrics endpoint exports it.
 type Status struct {
-	Running bool      `json:"running"`
-	PID     int       `json:"pid,omitempty"`
-	Bucket  string    `json:"bucket"`
-	Taken   time.Time `json:"taken"`
+	Running bool `json:"running"`
+	// FromDatabase says the figures were read from the shared database
+	// by a host where no server runs (SharedStatus): Running then says
+	// whether any server is live.
+	FromDatabase bool      `json:"from_database,omitempty"`
+	PID          int       `json:"pid,omitempty"`
+	Bucket       string    `json:"bucket"`
+	Taken        time.Time `json:"taken"`
 	// EventsToken is the secret the /events webhook asks for (see
 	// Engine.EventsToken).
 	EventsToken string `json:"events_token"`
 
-	PendingExports    int                     `json:"pending_exports"`
-	PendingBytes      int64                   `json:"pending_bytes"`
-	OldestPendingAgeS float64                 `json:"oldest_pending_age_seconds"`
-	ExportDelayS      float64                 `json:"export_delay_seconds"`
-	Exported          int64                   `json:"exported"`
-	ExportedBytes     int64                   `json:"exported_bytes"`
-	ExportFailures    int64                   `json:"export_failures"`
-	ExportConflicts   int64                   `json:"export_conflicts"`
-	Imported          int64                   `json:"imported"`
-	ImportFailures    int64                   `json:"import_failures"`
-	ImportFailureKeys []string                `json:"import_failure_samples,omitempty"`
-	ImportConflicts   int64                   `json:"import_conflicts"`
-	EventsApplied     int64                   `json:"events_applied"`
-	EventsDropped     int64                   `json:"events_dropped"`
-	EventsPending     int                     `json:"events_pending"`
-	LastImportLagS    float64                 `json:"last_import_lag_seconds"`
-	LastPoll          time.Time               `json:"last_poll,omitempty"`
-	LastCheckpoint    time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
-	Listings          []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
-	LostFound         int                     `json:"lost_found_files"`
-	UploadsInFlight   int                     `json:"uploads_in_flight"` // multipart uploads journaled and not yet ended
-	TierBytes         int64                   `json:"tier_bytes"`
-	TierDirtyBytes    int64                   `json:"tier_dirty_bytes"`
-	TierCleanBytes    int64                   `json:"tier_clean_bytes"`
-	S3                bucket.Stats            `json:"s3"`
-	Data              vfs.Stats               `json:"data"`
+	PendingExports int   `json:"pending_exports"`
+	PendingBytes   int64 `json:"pending_bytes"`
+	// PendingBytesPartial says PendingBytes counts only the first
+	// queued files (pendingBytesFiles): the queue holds more.
+	PendingBytesPartial bool                    `json:"pending_bytes_partial,omitempty"`
+	OldestPendingAgeS   float64                 `json:"oldest_pending_age_seconds"`
+	ExportDelayS        float64                 `json:"export_delay_seconds"`
+	Exported            int64                   `json:"exported"`
+	ExportedBytes       int64                   `json:"exported_bytes"`
+	ExportFailures      int64                   `json:"export_failures"`
+	ExportConflicts     int64                   `json:"export_conflicts"`
+	Imported            int64                   `json:"imported"`
+	ImportFailures      int64                   `json:"import_failures"`
+	ImportFailureKeys   []string                `json:"import_failure_samples,omitempty"`
+	ImportConflicts     int64                   `json:"import_conflicts"`
+	EventsApplied       int64                   `json:"events_applied"`
+	EventsDropped       int64                   `json:"events_dropped"`
+	EventsPending       int                     `json:"events_pending"`
+	LastImportLagS      float64                 `json:"last_import_lag_seconds"`
+	LastPoll            time.Time               `json:"last_poll,omitempty"`
+	LastCheckpoint      time.Time               `json:"last_checkpoint,omitempty"` // start of the last one that finished
+	Listings            []bsync.ListingProgress `json:"listings_in_progress,omitempty"`
+	LostFound           int                     `json:"lost_found_files"`
+	UploadsInFlight     int                     `json:"uploads_in_flight"` // multipart uploads journaled and not yet ended
+	TierBytes           int64                   `json:"tier_bytes"`
+	TierDirtyBytes      int64                   `json:"tier_dirty_bytes"`
+	TierCleanBytes      int64                   `json:"tier_clean_bytes"`
+	S3                  bucket.Stats            `json:"s3"`
+	Data                vfs.Stats               `json:"data"`
 
 	// The servers of the file system (leader.go): this one's id, whether
 	// it holds the sync lease, the lease's record and every live server.
@@ -145,6 +155,11 @@ func (e *Engine) serverFigures(ctx context.Context, st *Status) error {
 	return nil
 }
 
+// pendingBytesFiles bounds the queued files whose sizes status adds up
+// (PendingBytes): each is a read, and the figures are gathered every
+// status interval on every server. Past it the figure is a lower bound.
+const pendingBytesFiles = 10_000
+
 // queueFigures fills the export queue and lost+found figures from meta.
 func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *Status) error {
 	n, oldest, err := m.QueueStats(ctx)
@@ -157,16 +172,8 @@ func queueFigures(ctx context.Context, m *meta.Store, delay time.Duration, st *S
 		// plus the delay.
 		st.OldestPendingAgeS = max(time.Since(oldest.Add(-delay)).Seconds(), 0)
 	}
-	due, err := m.Due(ctx, time.Now().Add(100*365*24*time.Hour), 1<<30)
-	if err != nil {
+	if st.PendingBytes, st.PendingBytesPartial, err = m.PendingBytes(ctx, pendingBytesFiles); err != nil {
 		return err
-	}
-	st.PendingBytes = 0
-	for _, q := range due {
-		in, err := m.Get(ctx, q.Ino)
-		if err == nil && in.IsRegular() && in.Has(meta.DataDirty) {
-			st.PendingBytes += in.Size
-		}
 	}
 	u, err := m.Usage(ctx)
 	if err != nil {
@@ -246,4 +253,87 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 	}
 	err = queueFigures(ctx, m, exportDelay, &st)
 	return st, err
+}
+
+// SharedStatus reads the status of a file system whose metadata is on
+// PostgreSQL (url, schema) from the database alone, for a host where no
+// server of it runs: the shared export queue, lost+found, the sync lease
+// and the servers in the registry. Each server counts as live while its
+// last heartbeat is younger than its lease time by this host's clock (the
+// servers judge each other by their beats instead); the export delay and
+// lease time are the servers' own, from their records, else delay and the
+// default. It never makes a file system: an empty schema is an error
+// (its empty tables are made, as a server's first start would make them).
+func SharedStatus(ctx context.Context, url, schema string, delay time.Duration) (Status, error) {
+	st := Status{Taken: time.Now(), ExportDelayS: delay.Seconds(), FromDatabase: true}
+	db, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		return st, fmt.Errorf("metadata store: %w", err)
+	}
+	defer db.Close()
+	exists, bucket, err := meta.Described(ctx, db)
+	if err != nil {
+		return st, err
+	}
+	if !exists {
+		return st, fmt.Errorf("no file system in that database schema (%s): a server makes one at its first start", cmp.Or(schema, "bucketfs"))
+	}
+	st.Bucket = bucket
+	// Open writes nothing to a namespace that exists (but may bring an
+	// older one's records up to date, as any server's start would).
+	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: delay})
+	if err != nil {
+		return st, err
+	}
+	srvs, err := m.Servers(ctx)
+	if err != nil {
+		return st, err
+	}
+	leaseTime := 10 * time.Second
+	for _, s := range srvs {
+		if v := settingOf(s.Settings, "export-delay"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil {
+				delay = d
+			}
+		}
+		if v := settingOf(s.Settings, "lease"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil {
+				leaseTime = d
+			}
+		}
+	}
+	st.ExportDelayS = delay.Seconds()
+	if err := queueFigures(ctx, m, delay, &st); err != nil {
+		return st, err
+	}
+	lease, err := m.ReadLease(ctx, meta.SyncLease)
+	if err != nil {
+		return st, err
+	}
+	now := time.Now()
+	st.Lease = &LeaseStatus{Holder: lease.Holder, Token: lease.Token, LeaseTimeS: leaseTime.Seconds()}
+	if lease.Holder != "" {
+		st.Lease.ExpiresInS = lease.Expiry.Sub(now).Seconds()
+	}
+	for _, s := range srvs {
+		age := now.Sub(s.Heartbeat)
+		if age >= leaseTime {
+			continue
+		}
+		st.Servers = append(st.Servers, ServerStatus{ID: s.ID, Host: s.Host, PID: s.PID, Addrs: s.Addrs,
+			Started: s.Started, HeartbeatAgeS: max(age.Seconds(), 0), Leader: s.ID == lease.Holder})
+	}
+	st.Running = len(st.Servers) > 0
+	return st, nil
+}
+
+// settingOf returns the value of name in a server's shared settings
+// ("name=value" pairs; see sharedSettings).
+func settingOf(settings, name string) string {
+	for _, f := range strings.Fields(settings) {
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

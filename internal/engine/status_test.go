@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	bsync "bucketfs/internal/sync"
 	"bucketfs/internal/vfs"
@@ -68,6 +69,7 @@ func TestEveryKeyOfTheStatusJSONIsSnakeCase(t *testing.T) {
 // Before the s3 block had snake_case names, status.json held Go's field
 // names there; a stopped file system's status still shows those figures.
 func TestTheStatusOfAStoppedFileSystemReadsAStatusFileOfAnEarlierVersion(t *testing.T) {
+	testkv.SkipOnPostgres(t, "the status of a stopped file system is read from the Pebble store in its state directory")
 	cfg := listenerConfig(t)
 	cfg.MetricsListen = ""
 	e := startEngine(t, cfg)

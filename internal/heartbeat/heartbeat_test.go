@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // A server that keeps beating stays alive to the others; one whose beats
 // stop is dead to them once the lease time has passed on their clock.
 func TestAServerIsDeadToTheOthersOneLeaseAfterItsBeatsStop(t *testing.T) {
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // twoLoggingServers opens two Stores with the change log on one kv store, as two
 // servers sharing a database are; now is both servers' clock.
 func twoLoggingServers(t *testing.T, now *time.Time) (a, b *Store) {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

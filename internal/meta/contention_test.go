@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // accessLog records, while on, the keys the Updates of one Store read
@@ -174,7 +174,7 @@ func (t recordingTxn) DeleteRange(lower, upper []byte) error {
 // system on one database (the change log on), each recording its Updates.
 func twoServers(t *testing.T) (a, b *Store, la, lb *accessLog) {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

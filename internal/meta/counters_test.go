@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // checkCounters checks that what s reports of the export queue's length
@@ -86,7 +86,7 @@ func TestCountersAreTheStoresSumsThroughTwoServersAndRestarts(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	for round := range 4 {
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func queuedAtOf(ctx context.Context, s *Store, ino Ino) (due int64, queued bool,
 func TestSingleCountersOfAnOlderFileSystemKeepTheirValuesAfterTheUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestInodeNumbersAreGivenOutOnceAcrossServersAndRestarts(t *testing.T) {
 	const perWorker = inoClaim*3/4 + 10 // two workers take a Store past its claim
 	var before Ino                      // every number given out before this round is below it
 	for round := range 2 {
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // BenchmarkSequentialWrite writes 256 MiB into one file in 1 MiB writes
@@ -21,7 +21,7 @@ func BenchmarkSequentialWrite(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
-		db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
+		db, err := testkv.Open(b, b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}

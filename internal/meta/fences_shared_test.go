@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // observe opens an observation of dir on s, as an importer does before
@@ -429,7 +429,7 @@ func (w *writeRecorder) taken() map[string]bool {
 // two directories do not conflict on them.
 func TestFenceRecordsOfDifferentDirectoriesShareNoKey(t *testing.T) {
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // Issue 21, corner 6 (see fences.go): an import resting on an observation
@@ -224,7 +224,7 @@ func TestADropOrderedByItsDirectorysRemovalStillFencesAnOlderObservation(t *test
 func TestATombstoneIsTrimmedOnlyWhenNoObservationOlderThanItCanServeAnImport(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // A file system made before lost+found was shared has it 0700: the first
@@ -20,7 +20,7 @@ func TestAnOldPrivateLostFoundIsSharedOnceAtStart(t *testing.T) {
 	ctx := context.Background()
 	open := func(d *Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}

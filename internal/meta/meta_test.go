@@ -4,18 +4,19 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 func openStoreB(b *testing.B) *Store {
 	b.Helper()
-	db, err := kvpebble.Open(b.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(b, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func openStoreB(b *testing.B) *Store {
 
 func openStore(t *testing.T, dir string) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestNewFileSystemHasTheDefaultRootAndASharedLostFound(t *testing.T) {
 		{"given", &Defaults{Uid: 1000, Gid: 100, FileMode: 0o600, DirMode: 0o750}, 1000, 100, 0o750},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+			db, err := testkv.Open(t, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 	ctx := context.Background()
 	open := func(d Defaults) (*Store, func()) {
 		t.Helper()
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +196,7 @@ func TestImportedAttributesFollowTheDefaultsOfEachRun(t *testing.T) {
 
 func TestInodeNumbersSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +439,7 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 
 func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +482,7 @@ func TestTheUploadJournalKeepsUploadsUntilTheyEndAcrossReopen(t *testing.T) {
 // that says what to do, never read as files without their data.
 func TestANamespaceOfTheOldFormatIsRefusedWithAMessage(t *testing.T) {
 	dir := t.TempDir()
-	db, err := kvpebble.Open(dir, kvpebble.Options{})
+	db, err := testkv.Open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +578,7 @@ func TestAPieceOfASplitWriteGetsAGraceBeforeExport(t *testing.T) {
 // *now.
 func openStoreAt(t *testing.T, delay time.Duration, now *time.Time) *Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -739,5 +740,31 @@ func TestWithinFollowsEveryNameOfAnInodeUpward(t *testing.T) {
 	}
 	if within(g.Ino, RootIno) {
 		t.Error("a removed file is within the root")
+	}
+}
+
+// PendingBytes adds up the sizes of the queued files whose bytes changed,
+// in one read, up to a bound past which it says the sum is partial; a
+// file whose attributes alone changed, and a directory, add nothing.
+func TestPendingBytesSumsTheQueuedDataChangesUpToABound(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	for i, size := range []int{3, 5, 7} {
+		in := mustCreate(t, s, RootIno, fmt.Sprint("f", i), syscall.S_IFREG|0o644)
+		if _, err := s.WriteData(ctx, in.Ino, make([]byte, size), 0, false, 1, Limits{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EndWrite(ctx, in.Ino); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreate(t, s, RootIno, "d", syscall.S_IFDIR|0o755)
+	mustCreate(t, s, RootIno, "empty", syscall.S_IFREG|0o644)
+	n, partial, err := s.PendingBytes(ctx, 100)
+	if err != nil || n != 15 || partial {
+		t.Fatalf("PendingBytes = %d, partial %v, %v; want 15, whole", n, partial, err)
+	}
+	if _, partial, err := s.PendingBytes(ctx, 2); err != nil || !partial {
+		t.Fatalf("PendingBytes over 2 of the queue: partial %v, %v; want partial", partial, err)
 	}
 }

@@ -44,6 +44,48 @@ func (s *Store) Get(ctx context.Context, ino Ino) (in Inode, err error) {
 	return in, err
 }
 
+// GetMany returns the inodes numbered inos that exist, in one read
+// transaction.
+func (s *Store) GetMany(ctx context.Context, inos []Ino) (out []Inode, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		out = out[:0]
+		for _, ino := range inos {
+			in, err := s.getInode(r, ino)
+			if errors.Is(err, syscall.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, in)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LookupIn returns directory parent and its child named name, read in
+// one transaction: a lookup that checks the directory first costs one
+// read. An error reading the directory is err with dir zero; a missing
+// child is err (ENOENT) with dir read.
+func (s *Store) LookupIn(ctx context.Context, parent Ino, name string) (dir, in Inode, err error) {
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if dir, err = s.getInode(r, parent); err != nil {
+			return err
+		}
+		ino, err := getEntry(r, parent, name)
+		if err != nil {
+			return err
+		}
+		in, err = s.getInode(r, ino)
+		return err
+	})
+	if err != nil {
+		return dir, Inode{}, fmt.Errorf("lookup %q in %d: %w", name, parent, err)
+	}
+	return dir, in, nil
+}
+
 // Lookup returns the child named name in directory parent.
 func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
@@ -77,6 +119,17 @@ type Check func(parent, child *Inode) error
 // transaction hands it a fresh copy of tmpl, so a run that did not commit
 // leaves nothing behind.
 func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode, check Check) (in Inode, err error) {
+	return s.create1(ctx, parent, name, tmpl, check, false, 0)
+}
+
+// CreateOpen is Create that also records, in the same transaction, that
+// server holds the new inode open (as MarkOpen does): a create and its
+// open cost one transaction.
+func (s *Store) CreateOpen(ctx context.Context, parent Ino, name string, tmpl Inode, check Check, server uint64) (in Inode, err error) {
+	return s.create1(ctx, parent, name, tmpl, check, true, server)
+}
+
+func (s *Store) create1(ctx context.Context, parent Ino, name string, tmpl Inode, check Check, open bool, server uint64) (in Inode, err error) {
 	if err := s.reserveInos(ctx, 1); err != nil {
 		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
 	}
@@ -91,8 +144,10 @@ func (s *Store) Create(ctx context.Context, parent Ino, name string, tmpl Inode,
 				return err
 			}
 		}
-		in, err = s.createIn(tx, &p, name, child)
-		return err
+		if in, err = s.createIn(tx, &p, name, child); err != nil || !open {
+			return err
+		}
+		return tx.Set(serverInoKey(pOpen, in.Ino, server), nil)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -40,4 +41,26 @@ func checkBucket(tx kv.Txn, bucket string) error {
 			ErrOtherBucket, v, bucket)
 	}
 	return nil
+}
+
+// Described reads, without opening a Store (which would make a file system
+// in an empty store), whether db holds a file system and the bucket it
+// mirrors ("" if none is recorded).
+func Described(ctx context.Context, db kv.Store) (exists bool, bucket string, err error) {
+	err = db.View(ctx, func(r kv.Reader) error {
+		exists, bucket = false, ""
+		if _, err := r.Get(keyFsid); errors.Is(err, kv.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		exists = true
+		v, err := r.Get(keyBucket)
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil
+		}
+		bucket = string(v)
+		return err
+	})
+	return exists, bucket, err
 }

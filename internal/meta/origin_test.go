@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // A namespace opens only for the bucket and prefix it was made for: one
@@ -15,7 +15,7 @@ import (
 // another bucket or prefix is refused with a message naming both.
 func TestANamespaceIsRefusedForAnotherBucketOrPrefix(t *testing.T) {
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 // The tests here hold meta to kv's rule for callers: a transaction's fn may
@@ -23,7 +23,7 @@ import (
 // at now.
 func openReplayed(t *testing.T, replay bool, now time.Time, opt Options) (*Store, *kvreplay.Store) {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
 func TestASecretIsMadeOnceAndOutlivesARestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func() (*Store, func()) {
-		db, err := kvpebble.Open(dir, kvpebble.Options{})
+		db, err := testkv.Open(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -263,6 +263,26 @@ func (s *Store) MarkOpen(ctx context.Context, ino Ino, server uint64, open bool)
 	return nil
 }
 
+// MarkClosed deletes server's open records of inos, in one transaction:
+// the last closes of several inodes, recorded together.
+func (s *Store) MarkClosed(ctx context.Context, inos []Ino, server uint64) error {
+	if len(inos) == 0 {
+		return nil
+	}
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		for _, ino := range inos {
+			if err := tx.Delete(serverInoKey(pOpen, ino, server)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record the last close of %d inodes: %w", len(inos), err)
+	}
+	return nil
+}
+
 // errFound stops a scan at the first record it needs.
 var errFound = errors.New("found")
 

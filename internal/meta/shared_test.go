@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/locks"
 )
 
@@ -79,7 +79,7 @@ func TestPublishedLocksReadBackWholeAndADeadServersAreDropped(t *testing.T) {
 // dead server's.
 func TestAnEarlierRunsRecordsBindOnlyTheOtherServers(t *testing.T) {
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

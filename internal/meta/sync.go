@@ -35,6 +35,45 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) (out []Queued
 	return out, err
 }
 
+// PendingBytes sums the sizes of the queued regular files whose bytes
+// changed (DataDirty): what their exports will upload. It reads at most
+// max of them, in queue order, in one read transaction, and reports
+// whether it stopped there (partial). Each file costs one read, a round
+// trip on a database: callers that ask often keep max small.
+func (s *Store) PendingBytes(ctx context.Context, max int) (bytes int64, partial bool, err error) {
+	prefix := []byte{pDue}
+	err = s.kv.View(ctx, func(r kv.Reader) error {
+		var inos []Ino
+		bytes, partial = 0, false
+		if err := r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
+			if len(k) == 17 {
+				if len(inos) == max {
+					partial = true
+					return false
+				}
+				inos = append(inos, Ino(kv.Uint64(k[9:])))
+			}
+			return true
+		}); err != nil {
+			return err
+		}
+		for _, ino := range inos {
+			in, err := s.getInode(r, ino)
+			if errors.Is(err, syscall.ENOENT) {
+				continue // forgotten since it was queued
+			}
+			if err != nil {
+				return err
+			}
+			if in.IsRegular() && in.Has(DataDirty) {
+				bytes += in.Size
+			}
+		}
+		return nil
+	})
+	return bytes, partial, err
+}
+
 // QueueStats counts the export queue and finds its earliest due time.
 func (s *Store) QueueStats(ctx context.Context) (n int, earliest time.Time, err error) {
 	prefix := []byte{pDue}

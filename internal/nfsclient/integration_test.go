@@ -16,7 +16,9 @@ import (
 
 	"bucketfs/internal/engine"
 	"bucketfs/internal/frontend/nfs4"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/nfsclient"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3test"
 )
 
@@ -24,7 +26,10 @@ import (
 // internal/frontend/nfs4 on an engine over the embedded S3 store. The
 // unit tests of the package use the fake server of fakeserver_test.go.
 
-func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
+// TestMain stops the shared S3 store and the PostgreSQL server the tests'
+// stores run on with BUCKETFS_TEST_KV=postgres (package testkv) when they
+// have run.
+func TestMain(m *testing.M) { os.Exit(s3test.Main(pgtest.M(m))) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -35,9 +40,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func startServer(t *testing.T) string {
 	t.Helper()
 	st, bucket := s3test.NewBucket(t)
-	eng, err := engine.Open(context.Background(), engine.Config{StateDir: t.TempDir(), Bucket: bucket,
+	dir := t.TempDir()
+	eng, err := engine.Open(context.Background(), engine.Config{StateDir: dir, Bucket: bucket,
 		Endpoint: st.Endpoint, AccessKey: st.AccessKey, SecretKey: st.SecretKey, Region: st.Region,
-		ExportDelay: 50 * time.Millisecond, OpTimeout: 10 * time.Second, Logger: quiet})
+		ExportDelay: 50 * time.Millisecond, OpTimeout: 10 * time.Second, Logger: quiet,
+		KV: testkv.ForEngine(t, dir)}) // PostgreSQL if BUCKETFS_TEST_KV says so
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,10 @@
 // no server is ever left running. One server may serve several tests of a
 // package, each in a database ([Server.NewDatabase]) or schema of its own.
 //
+// Shared is the other way to have a server: one for the whole test process,
+// started on first use and stopped by Main after the tests, for the many
+// tests that only want a database of their own (as package testkv's do).
+//
 // Running as root (as CI does), initdb and postgres run with the
 // credentials of the postgres user the Debian package creates; PostgreSQL
 // refuses to run as root. If the binaries are missing, Start fails the test
@@ -51,11 +55,13 @@ const installRoot = "/usr/lib/postgresql"
 // test fails: generous, because the machine may be busy.
 const startTimeout = 2 * time.Minute
 
-// Server is one running (or stopped) PostgreSQL cluster owned by a test.
+// Server is one running (or stopped) PostgreSQL cluster owned by a test,
+// or the process's shared one (see Shared).
 type Server struct {
-	t    testing.TB
-	bin  string // the directory of initdb and postgres
-	root string // temporary directory: data/, postgres.log
+	t      testing.TB // the owning test; nil for the shared server and Launch's
+	shared bool       // the process's shared server (Shared)
+	bin  string     // the directory of initdb and postgres
+	root string     // temporary directory: data/, postgres.log
 	data string
 	port int
 	cred *syscall.Credential // nil when not running as root
@@ -71,49 +77,93 @@ type Server struct {
 // The server is stopped and its directory removed when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := findBinaries()
-	if err != nil {
+	s := &Server{t: t}
+	t.Cleanup(s.remove)
+	if err := s.launch(); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	s := &Server{t: t, bin: bin}
+	return s
+}
+
+// Launch is Start for a program that is not a test (the crash checker):
+// the server is the caller's, who stops it and removes its directory with
+// Remove. Should the process die first, the server follows it.
+func Launch() (*Server, error) {
+	s := &Server{}
+	if err := s.launch(); err != nil {
+		s.remove()
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	return s, nil
+}
+
+// Remove stops a server from Launch and removes its directory.
+func (s *Server) Remove() { s.remove() }
+
+// Database creates the database name and returns its URL.
+func (s *Server) Database(name string) (string, error) {
+	if err := s.exec("CREATE DATABASE " + name); err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	return s.DatabaseURL(name), nil
+}
+
+// launch finds the binaries, initializes the cluster in a fresh temporary
+// directory and starts the server. On failure what it made is left for
+// remove.
+func (s *Server) launch() (err error) {
+	if s.bin, err = findBinaries(); err != nil {
+		return err
+	}
 	if os.Geteuid() == 0 {
 		if s.cred, err = postgresCredential(); err != nil {
-			t.Fatalf("pgtest: %v", err)
+			return err
 		}
 	}
 	// Not t.TempDir: its directories are 0700 root, which the postgres
 	// user could not enter.
 	if s.root, err = os.MkdirTemp("", "pgtest-"); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return err
 	}
-	t.Cleanup(func() {
-		s.Stop()
-		if err := os.RemoveAll(s.root); err != nil {
-			t.Errorf("pgtest: remove %s: %v", s.root, err)
-		}
-	})
 	if err := os.Chmod(s.root, 0o711); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return err
 	}
 	s.data = filepath.Join(s.root, "data")
 	if err := s.initdb(); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return err
 	}
 	// A free port may be taken by someone else between the probe and
 	// postgres's bind: try a few.
 	for attempt := 0; ; attempt++ {
 		if s.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
+			return err
 		}
 		err = s.start()
 		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "could not bind") {
-			break
+			return err
 		}
 	}
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+}
+
+// remove stops the server and removes its directory.
+func (s *Server) remove() {
+	s.stop()
+	if s.root == "" {
+		return
 	}
-	return s
+	if err := os.RemoveAll(s.root); err != nil {
+		s.errorf("pgtest: remove %s: %v", s.root, err)
+	}
+}
+
+// errorf reports a failure of the server's owner: its test, or for the
+// shared server (which no test owns) the process's standard error.
+func (s *Server) errorf(format string, args ...any) {
+	if s.t != nil {
+		s.t.Errorf(format, args...)
+		return
+	}
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
 
 // findBinaries returns the bin directory of the newest PostgreSQL version
@@ -206,11 +256,19 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logFile.Close() // the child has its own descriptor
+	fsync, conns := "on", "100"
+	if s.shared {
+		// The shared server is never killed (mustOwn), so no test can
+		// see what fsync would keep; off, a new database (several
+		// megabytes of write-ahead log) costs a tenth. Its many
+		// parallel tests' stores each hold a pool of connections.
+		fsync, conns = "off", "400"
+	}
 	cmd := s.command("postgres", "-D", s.data,
 		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(s.port),
 		"-c", "unix_socket_directories=", // no socket: only TCP
-		"-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on",
-		"-c", "shared_buffers=32MB", "-c", "max_connections=100",
+		"-c", "fsync="+fsync, "-c", "synchronous_commit=on", "-c", "full_page_writes=on",
+		"-c", "shared_buffers=32MB", "-c", "max_connections="+conns,
 		"-c", "logging_collector=off", "-c", "log_min_messages=warning")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Should the test process die without its cleanups (a panic, a test
@@ -325,6 +383,11 @@ func (s *Server) exec(sql string) error {
 // written). If it has not exited within the start timeout it is killed.
 // Stopping a stopped server does nothing.
 func (s *Server) Stop() {
+	s.mustOwn("Stop")
+	s.stop()
+}
+
+func (s *Server) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -335,7 +398,7 @@ func (s *Server) Stop() {
 	case <-s.exited:
 		s.cmd = nil
 	case <-time.After(startTimeout):
-		s.t.Errorf("pgtest: postgres did not stop within %v of SIGINT; killing it", startTimeout)
+		s.errorf("pgtest: postgres did not stop within %v of SIGINT; killing it", startTimeout)
 		s.kill()
 	}
 }
@@ -345,6 +408,7 @@ func (s *Server) Stop() {
 // checkpoint, no shutdown record). What was committed must be found again
 // by the next start's recovery, from the write-ahead log.
 func (s *Server) Kill() {
+	s.mustOwn("Kill")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kill()
@@ -420,16 +484,42 @@ func alive(pid int) bool {
 // Restart stops the server (fast shutdown) and starts it again on the same
 // port and data.
 func (s *Server) Restart() {
-	s.t.Helper()
+	s.mustOwn("Restart")
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.Stop()
 	s.Start()
 }
 
 // Start starts a stopped (or killed) server again on the same port and
-// data; after a Kill it runs crash recovery first.
+// data; after a Kill it runs crash recovery first. A failure fails the
+// owning test (panics for a server from Launch: use StartAgain).
 func (s *Server) Start() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
+	if err := s.StartAgain(); err != nil {
+		if s.t == nil {
+			panic(err)
+		}
+		s.t.Fatal(err)
+	}
+}
+
+// StartAgain is Start, returning its error.
+func (s *Server) StartAgain() error {
+	s.mustOwn("Start")
 	if err := s.start(); err != nil {
-		s.t.Fatalf("pgtest: %v", err)
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
+}
+
+// mustOwn stops a test that would stop, kill or restart the shared
+// server, which other tests are using: such a test starts its own.
+func (s *Server) mustOwn(op string) {
+	if s.shared {
+		panic("pgtest: " + op + " of the shared server (pgtest.Shared), which other tests use: a test that stops or restarts its server starts its own with pgtest.Start")
 	}
 }

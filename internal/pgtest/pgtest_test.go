@@ -135,3 +135,54 @@ func TestAServerOfATestProcessThatDiesShutsDown(t *testing.T) {
 		t.Fatalf("the postmaster %d of a test process that died is still running", pid)
 	}
 }
+
+// Shared starts one server for the process on first use and hands out the
+// same one after; M's Run stops it and removes its directory when the
+// tests it runs have ended. Each test's database is its own.
+func TestTheSharedServerIsStartedOnceAndStoppedAfterTheTests(t *testing.T) {
+	var pid int
+	var root string
+	run := runFunc(func() int {
+		begin := time.Now()
+		s := Shared(t)
+		t.Logf("first Shared took %v", time.Since(begin))
+		if again := Shared(t); again != s {
+			t.Errorf("a second Shared gave another server")
+		}
+		pid, root = s.cmd.Process.Pid, s.root
+		var urls []string
+		for i := 0; i < 2; i++ {
+			t.Run(fmt.Sprint("db", i), func(t *testing.T) {
+				begin := time.Now()
+				url := s.NewDatabase(t)
+				t.Logf("NewDatabase took %v", time.Since(begin))
+				conn := connect(t, url)
+				var n int
+				if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_tables WHERE tablename = 'mine'").Scan(&n); err != nil || n != 0 {
+					t.Fatalf("a fresh database holds %d tables named mine (%v)", n, err)
+				}
+				if _, err := conn.Exec(context.Background(), "CREATE TABLE mine (x int)"); err != nil {
+					t.Fatal(err)
+				}
+				urls = append(urls, url)
+			})
+		}
+		if len(urls) != 2 || urls[0] == urls[1] {
+			t.Errorf("databases %q: want two different", urls)
+		}
+		return 7
+	})
+	if code := M(run).Run(); code != 7 {
+		t.Errorf("M's Run returned %d, want the tests' 7", code)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("shared postmaster %d still there after the tests (kill 0: %v)", pid, err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("shared server directory %s still there after the tests (%v)", root, err)
+	}
+}
+
+type runFunc func() int
+
+func (f runFunc) Run() int { return f() }

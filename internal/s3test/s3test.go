@@ -62,8 +62,9 @@ func startShared() {
 }
 
 // Main runs the tests and then closes the shared store, if one was started,
-// and removes its directory. Call it from TestMain.
-func Main(m *testing.M) int {
+// and removes its directory. Call it from TestMain, with m or a wrapper of
+// it (such as pgtest.M(m)).
+func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	if shared.srv != nil {
 		// versitygw's shutdown waits up to 10 s for connections that test

@@ -17,7 +17,7 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 )
 
@@ -43,7 +43,7 @@ func fakeStore(t testing.TB) *bucket.Client {
 
 func newMeta(t testing.TB) *meta.Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

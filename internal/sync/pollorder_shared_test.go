@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
 )
@@ -26,7 +26,7 @@ import (
 func newTwoServerHeldEnv(t *testing.T) *heldEnv {
 	t.Helper()
 	h := newHeldEnv(t) // for its bucket, proxy and clients
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/testlog"
 )
@@ -102,7 +102,7 @@ func replaySyncScenario(t *testing.T, db kv.Store) syncOutcome {
 // held open, which meta reports from the transaction that keeps the file.
 func TestSyncCountsAndLogsAsOftenWhenEachTransactionRunsTwice(t *testing.T) {
 	open := func() kv.Store {
-		db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+		db, err := testkv.Open(t, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,11 +17,15 @@ import (
 
 	"bucketfs/internal/bucket"
 	"bucketfs/internal/meta"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
 )
 
-func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
+// TestMain stops the shared S3 store and the PostgreSQL server the tests'
+// stores run on with BUCKETFS_TEST_KV=postgres (package testkv) when they
+// have run.
+func TestMain(m *testing.M) { os.Exit(s3test.Main(pgtest.M(m))) }
 
 // uploadStore is a bucket of the shared versitygw store, seen both through
 // a bucket.Client under prefix "fs/" and through a plain S3 client that can

@@ -10,13 +10,14 @@ import (
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
 	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 
 	"golang.org/x/sys/unix"
 )
 
 func openKV(t testing.TB) kv.Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	db, err := testkv.OpenOptions(t, t.TempDir(), kvpebble.Options{CacheSize: 8 << 20, MemTableSize: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

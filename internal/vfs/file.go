@@ -161,6 +161,28 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 	// start) only the bucket knows whether it exists, and opening an
 	// existing file needs only search permission on the directory, not
 	// write permission.
+	//
+	// The first try checks the directory inside the create transaction
+	// itself (createFast): one transaction, which also writes the open
+	// record of a shared server. It gives way to the steps below where
+	// the directory is not such a one.
+	tmpl := meta.Inode{Mode: syscall.S_IFREG | mode&0o7777}
+	if in, epoch, err := fs.createFast(ctx, c, parent, name, tmpl, flags); !errors.Is(err, errSlowPath) {
+		if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
+			if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
+				return Attr{}, nil, err
+			}
+			return openExisting(in)
+		}
+		if err != nil {
+			return Attr{}, nil, err
+		}
+		if testHookCreated != nil {
+			testHookCreated(fs, in.Ino)
+		}
+		h, err := fs.openCreated(ctx, c, &in, flags&^syscall.O_TRUNC, epoch)
+		return in, h, err
+	}
 	d, err := fs.searchDir(ctx, c, parent, mayExec, false)
 	if err != nil {
 		return Attr{}, nil, err
@@ -171,7 +193,6 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 			return openExisting(in)
 		}
 	}
-	tmpl := meta.Inode{Mode: syscall.S_IFREG | mode&0o7777}
 	var in Attr
 	if listed {
 		if err = validName(name); err == nil {
@@ -195,7 +216,69 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 	return in, h, err
 }
 
+// testHookCreated, set by tests, runs between createFast and the open of
+// the file it made.
+var testHookCreated func(fs *FS, ino Ino)
+
+// errSlowPath is createFast's answer where the directory needs the
+// careful steps of create1.
+var errSlowPath = errors.New("not a create in one transaction")
+
+// createFast makes the file parent/name in one transaction that checks the
+// directory too: that it is one, c may search and write it, and its names
+// are all known (listed, and fresh). Otherwise it fails with errSlowPath
+// (O_EXCL in a directory c may not write: the error itself). On a shared
+// server the transaction writes the new file's open record as well, and
+// epoch is sharedOpens.epoch from before it, for openCreated.
+func (fs *FS) createFast(ctx context.Context, c Cred, parent Ino, name string, tmpl meta.Inode, flags uint32) (in Attr, epoch uint64, err error) {
+	if err := fs.writable(); err != nil {
+		return Attr{}, 0, errSlowPath
+	}
+	if validName(name) != nil {
+		return Attr{}, 0, errSlowPath
+	}
+	tmpl.Uid, tmpl.Gid = c.Uid, c.Gid
+	create := mayCreate(c)
+	check := func(p, child *meta.Inode) error {
+		if !p.IsDir() || access(c, p, mayExec) != nil || fs.needsListing(p) {
+			return errSlowPath
+		}
+		if err := access(c, p, mayWrite); err != nil && flags&syscall.O_EXCL == 0 {
+			return errSlowPath // an existing file may still be opened
+		}
+		return create(p, child)
+	}
+	fs.counters.metaOps.Add(1)
+	if fs.cfg.Liveness == nil {
+		in, err = fs.meta.Create(ctx, parent, name, tmpl, check)
+	} else {
+		epoch = fs.sharedOpens.epoch.Load()
+		in, err = fs.meta.CreateOpen(ctx, parent, name, tmpl, check, fs.cfg.Liveness.Self())
+	}
+	if fs.lister != nil && !errors.Is(err, errSlowPath) {
+		fs.lister.Used(parent)
+	}
+	if err != nil {
+		return Attr{}, 0, err
+	}
+	return in, epoch, nil
+}
+
+// openCreated opens the file createFast made. Its open record, written
+// with the file, stands unless a batch of last closes ran since (epoch):
+// one may have deleted it, if another open of the new file came and went
+// in between; then the record is written again.
+func (fs *FS) openCreated(ctx context.Context, c Cred, in *meta.Inode, flags uint32, epoch uint64) (*Handle, error) {
+	return fs.open1(ctx, c, in, flags, fs.cfg.Liveness != nil, epoch)
+}
+
 func (fs *FS) open(ctx context.Context, c Cred, in *meta.Inode, flags uint32) (*Handle, error) {
+	return fs.open1(ctx, c, in, flags, false, 0)
+}
+
+// open1 is open; recorded says the inode's open record was written before
+// sharedOpens.epoch was epoch (openCreated).
+func (fs *FS) open1(ctx context.Context, c Cred, in *meta.Inode, flags uint32, recorded bool, epoch uint64) (*Handle, error) {
 	acc := flags & syscall.O_ACCMODE
 	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced, pieceEnd: -1,
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
@@ -206,7 +289,10 @@ func (fs *FS) open(ctx context.Context, c Cred, in *meta.Inode, flags uint32) (*
 	fs.opens[in.Ino]++
 	first := fs.opens[in.Ino] == 1
 	fs.mu.Unlock()
-	if first && fs.cfg.Liveness != nil {
+	// A batch of last closes bumps the epoch before it looks at the
+	// count this open has raised: one that did not see the raise shows
+	// here as a new epoch.
+	if first && fs.cfg.Liveness != nil && !(recorded && fs.sharedOpens.epoch.Load() == epoch) {
 		// Recorded before the open returns, so that no other server
 		// reclaims the file while this handle may read it.
 		if err := fs.recordOpen(ctx, in.Ino); err != nil {
@@ -493,10 +579,8 @@ func (h *Handle) Release(ctx context.Context) {
 	}
 	fs.mu.Unlock()
 	if last && fs.cfg.Liveness != nil {
-		if err := fs.recordOpen(ctx, h.ino); err != nil {
-			// The record stays: the other servers keep the data longer.
-			fs.log.Warn("record a last close for the other servers", "ino", h.ino, "err", err)
-		}
+		fs.closed(h.ino) // records the close and reclaims, after this returns
+		return
 	}
 	if last {
 		if in, err := fs.meta.Get(ctx, h.ino); err == nil {

@@ -183,22 +183,29 @@ func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 // from the bucket on first access.
 func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {
 	fs.counters.metaOps.Add(1)
-	p, err := fs.searchDir(ctx, c, parent, mayExec, false)
-	if err != nil {
-		return Attr{}, err
-	}
-	switch name {
-	case ".":
-		return p, nil
-	case "..":
-		return fs.parentOf(ctx, p)
-	}
-	if len(name) > maxNameLen {
+	if name == "." || name == ".." || len(name) > maxNameLen {
+		p, err := fs.searchDir(ctx, c, parent, mayExec, false)
+		switch {
+		case err != nil:
+			return Attr{}, err
+		case name == ".":
+			return p, nil
+		case name == "..":
+			return fs.parentOf(ctx, p)
+		}
 		// No such name can exist: say so as a local file system does
 		// (the kernel passes FUSE names up to 1024 bytes).
 		return Attr{}, syscall.ENAMETOOLONG
 	}
-	in, err := fs.meta.Lookup(ctx, parent, name)
+	// The directory and the name in one read; the directory is checked
+	// before the name's answer counts.
+	p, in, err := fs.meta.LookupIn(ctx, parent, name)
+	if p.Ino == 0 {
+		return Attr{}, err
+	}
+	if _, err := fs.searchRead(ctx, c, p, mayExec, false); err != nil {
+		return Attr{}, err
+	}
 	if err == nil || fs.lister == nil || !errors.Is(err, syscall.ENOENT) || !fs.needsListing(&p) {
 		return in, err
 	}
@@ -256,6 +263,12 @@ func (fs *FS) searchDir(ctx context.Context, c Cred, ino Ino, mask uint32, list 
 	if err != nil {
 		return Attr{}, err
 	}
+	return fs.searchRead(ctx, c, d, mask, list)
+}
+
+// searchRead is searchDir on the directory d, read already.
+func (fs *FS) searchRead(ctx context.Context, c Cred, d Attr, mask uint32, list bool) (Attr, error) {
+	ino := d.Ino
 	if !d.IsDir() {
 		return Attr{}, fmt.Errorf("inode %d: %w", ino, syscall.ENOTDIR)
 	}

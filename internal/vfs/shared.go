@@ -3,6 +3,7 @@ package vfs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"bucketfs/internal/locks"
@@ -26,7 +27,8 @@ import (
 // are not detected.
 //
 // Opens: each server records each inode it holds open (O<ino><server>),
-// written at its first open of the inode and deleted at its last close,
+// written at its first open of the inode (before the open returns) and
+// deleted after its last close (batched with other last closes: closed),
 // not per handle; IsOpen and InUse read the other live servers' records.
 //
 // Invariant: the store's records of this server hold at least what this
@@ -148,12 +150,129 @@ type sharedOpens struct {
 	// number): each writes whether the inode is open at the moment it
 	// holds the mutex, so the last one written is the truth.
 	mu [64]sync.Mutex
+
+	// epoch counts the batches of last closes, each bumped before the
+	// batch looks at which of its inodes are still closed (openCreated).
+	epoch atomic.Uint64
+
+	// closing holds the last closes whose records are not deleted yet
+	// (closed); running says a closer goroutine drains it.
+	closing struct {
+		sync.Mutex
+		inos    map[Ino]struct{}
+		running bool
+		idle    sync.Cond // broadcast when running ends
+	}
+}
+
+// WaitCloses returns once the last closes made so far are recorded (see
+// closed): call it before the store is closed.
+func (fs *FS) WaitCloses() {
+	c := &fs.sharedOpens.closing
+	c.Lock()
+	defer c.Unlock()
+	for c.running {
+		if c.idle.L == nil {
+			c.idle.L = &c.Mutex
+		}
+		c.idle.Wait()
+	}
+}
+
+func (o *sharedOpens) stripe(ino Ino) int { return int(uint64(ino) % uint64(len(o.mu))) }
+
+// closed takes the last close of ino on this server: its open record is
+// deleted, and the file reclaimed if it has no name left, after the close
+// has returned, together with the other last closes that came meanwhile
+// (one transaction for them all, one read of their inodes). Until then the
+// other servers count the file open here, which only keeps its data a
+// moment longer; a close waits for neither.
+func (fs *FS) closed(ino Ino) {
+	c := &fs.sharedOpens.closing
+	c.Lock()
+	if c.inos == nil {
+		c.inos = map[Ino]struct{}{}
+	}
+	c.inos[ino] = struct{}{}
+	start := !c.running
+	c.running = true
+	c.Unlock()
+	if start {
+		go fs.recordCloses()
+	}
+}
+
+// recordCloses records the pending last closes, batch by batch, until none
+// is left.
+func (fs *FS) recordCloses() {
+	c := &fs.sharedOpens.closing
+	for {
+		c.Lock()
+		batch := c.inos
+		c.inos = nil
+		if len(batch) == 0 {
+			c.running = false
+			if c.idle.L != nil {
+				c.idle.Broadcast()
+			}
+			c.Unlock()
+			return
+		}
+		c.Unlock()
+		fs.recordCloseBatch(batch)
+	}
+}
+
+// recordCloseBatch deletes the open records of the inodes of batch that
+// are still closed here, holding their stripes of sharedOpens.mu (in
+// order) so that no open's record is written in between, then reclaims
+// those without a name.
+func (fs *FS) recordCloseBatch(batch map[Ino]struct{}) {
+	o := &fs.sharedOpens
+	var stripes [len(o.mu)]bool
+	for ino := range batch {
+		stripes[o.stripe(ino)] = true
+	}
+	for i := range stripes {
+		if stripes[i] {
+			o.mu[i].Lock()
+		}
+	}
+	o.epoch.Add(1)
+	var inos []Ino
+	fs.mu.Lock()
+	for ino := range batch {
+		if fs.opens[ino] == 0 {
+			inos = append(inos, ino)
+		}
+	}
+	fs.mu.Unlock()
+	ctx := context.Background()
+	err := fs.meta.MarkClosed(ctx, inos, fs.cfg.Liveness.Self())
+	for i := range stripes {
+		if stripes[i] {
+			o.mu[i].Unlock()
+		}
+	}
+	if err != nil {
+		// The records stay: the other servers keep the data longer.
+		fs.log.Warn("record last closes for the other servers", "files", len(inos), "err", err)
+		return
+	}
+	ins, err := fs.meta.GetMany(ctx, inos)
+	if err != nil {
+		fs.log.Warn("read closed files to reclaim", "files", len(inos), "err", err)
+		return
+	}
+	for i := range ins {
+		fs.reclaim(&ins[i])
+	}
 }
 
 // recordOpen writes whether this server holds ino open now, after an
 // open's first handle or a close's last. Shared servers only.
 func (fs *FS) recordOpen(ctx context.Context, ino Ino) error {
-	mu := &fs.sharedOpens.mu[uint64(ino)%uint64(len(fs.sharedOpens.mu))]
+	mu := &fs.sharedOpens.mu[fs.sharedOpens.stripe(ino)]
 	mu.Lock()
 	defer mu.Unlock()
 	fs.mu.Lock()

@@ -14,7 +14,7 @@ import (
 
 	"bucketfs/internal/heartbeat"
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/locks"
 	"bucketfs/internal/meta"
 )
@@ -37,7 +37,7 @@ type sharedServer struct {
 func sharedServers(t *testing.T, n int, lease time.Duration) (kv.Store, []*sharedServer) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,7 @@ func sharedServers(t *testing.T, n int, lease time.Duration) (kv.Store, []*share
 		}
 		t.Cleanup(beats.Stop) // before db.Close: cleanups run last first
 		fs := New(m, nil, nil, Config{Liveness: beats, SharedLockRetry: 5 * time.Millisecond})
+		t.Cleanup(fs.WaitCloses) // before db.Close
 		out = append(out, &sharedServer{id: id, fs: fs, beats: beats})
 	}
 	return db, out
@@ -391,6 +392,7 @@ func TestAFileOpenOnOneServerIsOpenOnTheOtherUntilItsLastClose(t *testing.T) {
 		t.Fatalf("a reads %q, %v after b's close; want the data whole", buf[:n], err)
 	}
 	h2.Release(ctx)
+	a.WaitCloses() // the record of a last close follows it (closed)
 	if b.IsOpen(ino) || b.InUse(ino) {
 		t.Fatal("b still sees the file open after a's last close")
 	}
@@ -469,4 +471,59 @@ func TestADeadServersShareReservationsAreIgnoredAfterTheLease(t *testing.T) {
 	if n := serverKeys(t, db, 'S', 1); n != 0 {
 		t.Fatalf("the dead server's %d share records are still there", n)
 	}
+}
+
+// A file created through one server is open to the other from the
+// create's transaction on (its open record is written with the file), and
+// stays so until the creator's last close is recorded; a second open of
+// the new file through the creator, opened and closed before the
+// creator's own handle closes, does not take the record away (the race
+// openCreated guards: the batch of that close runs before the creator
+// counts its open, or sees it counted).
+func TestAFileCreatedThroughOneServerIsOpenToTheOtherUntilItsLastClose(t *testing.T) {
+	ctx := context.Background()
+	db, s := sharedServers(t, 2, time.Minute)
+	a, b := s[0].fs, s[1].fs
+	for i := range 50 {
+		name := fmt.Sprint("f", i)
+		in, h, err := a.Create(ctx, Root, meta.RootIno, name, 0o644, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL)
+		must(t, err)
+		if !b.IsOpen(in.Ino) {
+			t.Fatalf("%s: b does not see the file a created and holds open", name)
+		}
+		// Another handle through a, opened and closed at once: its last
+		// close is not a's last while h is open.
+		h2, err := a.Open(ctx, Root, in.Ino, syscall.O_RDONLY)
+		must(t, err)
+		h2.Release(ctx)
+		a.WaitCloses()
+		if !b.IsOpen(in.Ino) {
+			t.Fatalf("%s: b sees the file closed while a's creating handle is open", name)
+		}
+		h.Release(ctx)
+		a.WaitCloses()
+		if b.IsOpen(in.Ino) {
+			t.Fatalf("%s: b sees the file open after a's last close was recorded", name)
+		}
+	}
+	if n := serverKeys(t, db, 'O', 1); n != 0 {
+		t.Fatalf("a has %d open records after its last closes, want 0", n)
+	}
+
+	// The race itself: another open of the new file through a comes and
+	// goes, its close recorded, between the create's transaction and the
+	// creator's open.
+	testHookCreated = func(fs *FS, ino Ino) {
+		h, err := fs.Open(ctx, Root, ino, syscall.O_RDONLY)
+		must(t, err)
+		h.Release(ctx)
+		fs.WaitCloses()
+	}
+	t.Cleanup(func() { testHookCreated = nil })
+	in, h, err := a.Create(ctx, Root, meta.RootIno, "raced", 0o644, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL)
+	must(t, err)
+	if !b.IsOpen(in.Ino) {
+		t.Fatal("b sees the file closed while a's creating handle is open, after another handle's close came between the create and its open")
+	}
+	h.Release(ctx)
 }

@@ -41,13 +41,15 @@ func needsFUSE(t *testing.T) string {
 	return bin
 }
 
-// TestCrashRounds runs three crash rounds per store mode, through the same
-// code as `go run ./test/crash`, in well under two minutes. The seed is
-// printed; `go run ./test/crash -seed N -rounds 1` replays a round.
+// TestCrashRounds runs three crash rounds per store mode (the embedded
+// store, a separate one, and a separate one with the metadata on
+// PostgreSQL), through the same code as `go run ./test/crash`, in well
+// under two minutes. The seed is printed; `go run ./test/crash -seed N
+// -rounds 1 -store MODE` replays a round.
 func TestCrashRounds(t *testing.T) {
 	var out strings.Builder
 	cfg := &config{bin: needsFUSE(t), rounds: 3, seed: uint64(time.Now().UnixNano() % 1e9),
-		stores: []string{"embedded", "separate"}, big: true, maxWrite: 2500 * time.Millisecond,
+		stores: []string{"embedded", "separate", "postgres"}, big: true, maxWrite: 2500 * time.Millisecond,
 		workDir: t.TempDir(), out: &out}
 	t.Logf("seed %d (go run ./test/crash -seed %d replays the first round)", cfg.seed, cfg.seed)
 	results, err := runRounds(t.Context(), cfg)

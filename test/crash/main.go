@@ -11,7 +11,7 @@
 //
 // Usage (as root, with fusermount3):
 //
-//	go run ./test/crash [-rounds 20] [-seed N] [-store embedded|separate|both]
+//	go run ./test/crash [-rounds 20] [-seed N] [-store embedded|separate|postgres|both|all]
 //	                    [-bin PATH] [-keep] [-v] [-plan KIND] [-nocrash]
 //
 // -plan forces one kind of kill plan (see choosePlan); -nocrash checks the
@@ -20,6 +20,10 @@
 //
 // Every round starts from a fresh state directory (and, with the separate
 // store, a fresh store): rounds never continue on an earlier round's state.
+// -store postgres is the separate store with the metadata on a PostgreSQL
+// server of the round's own (--meta, started from Debian's binaries as
+// the tests do); half its rounds kill PostgreSQL too, with bucketfs.
+// "both" is embedded and separate; "all" adds postgres.
 // Each round prints its seed; `-seed N -rounds 1 -store MODE` replays the
 // round's operations and kill plan (the moment of the kill within the
 // plan depends on timing). The exit code is 1 when any round failed.
@@ -70,7 +74,7 @@ func main() {
 	var (
 		cfg        = config{out: os.Stdout, big: true, maxWrite: 3 * time.Second}
 		seed       = flag.Int64("seed", -1, "seed of the first round (default: from the clock); round i uses seed+i")
-		store      = flag.String("store", "both", "embedded, separate or both")
+		store      = flag.String("store", "both", "embedded, separate, postgres, both or all")
 		serveDir   = flag.String("serve-store", "", "(internal) run the separate store on this directory")
 		listenAddr = flag.String("listen", "", "(internal) address of the separate store")
 	)
@@ -95,10 +99,12 @@ func main() {
 	switch *store {
 	case "both":
 		cfg.stores = []string{"embedded", "separate"}
-	case "embedded", "separate":
+	case "all":
+		cfg.stores = []string{"embedded", "separate", "postgres"}
+	case "embedded", "separate", "postgres":
 		cfg.stores = []string{*store}
 	default:
-		fmt.Fprintln(os.Stderr, "-store must be embedded, separate or both")
+		fmt.Fprintln(os.Stderr, "-store must be embedded, separate, postgres, both or all")
 		os.Exit(2)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

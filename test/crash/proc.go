@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"bucketfs/internal/fusetest"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3local"
 )
 
@@ -29,8 +30,9 @@ import (
 // directory after each kill.
 type fsProc struct {
 	bin, stateDir, mnt, logPath string
-	storeArgs                   []string // --s3-listen, or --bucket and --endpoint
-	env                         []string // credentials of a separate store
+	storeArgs                   []string       // --s3-listen, or --bucket and --endpoint
+	env                         []string       // credentials of a separate store
+	pg                          *pgtest.Server // the PostgreSQL of --meta, if any
 	cmd                         *exec.Cmd
 	exited                      chan struct{}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"bucketfs/internal/pgtest"
 )
 
 // roundResult is what one round found.
@@ -51,7 +53,7 @@ func runRound(ctx context.Context, cfg *config, store string, seed uint64) (res 
 		res.err = err
 		return res
 	}
-	if store == "separate" {
+	if store == "separate" || store == "postgres" {
 		addr, err := freeAddr()
 		if err != nil {
 			res.err = err
@@ -66,6 +68,23 @@ func runRound(ctx context.Context, cfg *config, store string, seed uint64) (res 
 		p.storeArgs = []string{"--bucket", "s3://" + st.env["BUCKETFS_BUCKET"], "--endpoint", st.env["AWS_ENDPOINT_URL"]}
 		for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
 			p.env = append(p.env, k+"="+st.env[k])
+		}
+		if store == "postgres" {
+			// The metadata and unexported data on a PostgreSQL server of
+			// the round's own (fsync on), which the kill may take along.
+			pg, err := pgtest.Launch()
+			if err != nil {
+				res.err = err
+				return res
+			}
+			defer pg.Remove()
+			url, err := pg.Database("crash")
+			if err != nil {
+				res.err = err
+				return res
+			}
+			p.pg = pg
+			p.storeArgs = append(p.storeArgs, "--meta", url)
 		}
 	} else {
 		addr, err := freeAddr() // kept across the restart
@@ -121,10 +140,21 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	if cfg.plan != "" {
 		plan.kind = cfg.plan
 	}
+	// With PostgreSQL, half the rounds kill it too, right after bucketfs,
+	// as the loss of a machine that runs both would: what was committed
+	// must come back from its write-ahead log.
+	killDB := p.pg != nil && rand.New(rand.NewPCG(seed, 3)).IntN(2) == 0
 	res.plan = plan.String()
+	if killDB {
+		res.plan += ", PostgreSQL killed with it"
+	}
 	planErr := plan.run(ctx, p, m, &stop, writerDone)
 	crashing.Store(true)
 	killErr := p.kill9()
+	if killDB {
+		p.pg.Kill()
+		killErr = errors.Join(killErr, p.pg.StartAgain())
+	}
 	select {
 	case <-writerDone:
 	case <-time.After(30 * time.Second): // its call hangs: freeze counts it in flight

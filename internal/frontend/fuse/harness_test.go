@@ -20,7 +20,9 @@ import (
 	bfuse "bucketfs/internal/frontend/fuse"
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3local"
 	"bucketfs/internal/s3test"
 )
@@ -34,7 +36,10 @@ func TestMain(m *testing.M) {
 		os.Stderr.WriteString("fuse tests: /dev/fuse missing\n")
 		os.Exit(1)
 	}
-	os.Exit(s3test.Main(m))
+	// Stops the shared S3 store and the PostgreSQL server the tests'
+	// stores run on with BUCKETFS_TEST_KV=postgres (package testkv) when
+	// they have run.
+	os.Exit(s3test.Main(pgtest.M(m)))
 }
 
 // env is one test's file system: a fresh bucket in the shared embedded
@@ -110,6 +115,9 @@ func newEnvMounted(t testing.TB, srv *s3local.Server, name string, mo bfuse.Opti
 		WrapKV: func(db kv.Store) kv.Store { return kvreplay.FromEnv(t, db) }}
 	for _, o := range opts {
 		o(&e.cfg)
+	}
+	if e.cfg.KV == nil {
+		e.cfg.KV = testkv.ForEngine(t, e.cfg.StateDir) // PostgreSQL if BUCKETFS_TEST_KV says so
 	}
 	e.s3 = s3.New(s3.Options{Region: srv.Region, BaseEndpoint: aws.String(srv.Endpoint), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")})

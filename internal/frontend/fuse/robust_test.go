@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"bucketfs/internal/engine"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
 )
@@ -239,6 +240,7 @@ func (p *mountProcess) stop(sig os.Signal) error {
 }
 
 func TestTheMountCommand(t *testing.T) {
+	testkv.SkipOnPostgres(t, "the bucketfs command runs on a Pebble store in its state directory, and is killed holding it")
 	e := newEnv(t)
 	e.put("seen-by-the-command", []byte("hi"), nil)
 	bin := filepath.Join(t.TempDir(), "bucketfs")

@@ -14,7 +14,7 @@ import (
 
 	bfuse "bucketfs/internal/frontend/fuse"
 	"bucketfs/internal/heartbeat"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
@@ -26,7 +26,7 @@ import (
 func sharedMounts(t *testing.T) (a, b string) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,7 @@ func sharedMounts(t *testing.T) (a, b string) {
 		}
 		t.Cleanup(beats.Stop)
 		fs := vfs.New(m, nil, nil, vfs.Config{Liveness: beats, SharedLockRetry: 10 * time.Millisecond})
+		t.Cleanup(fs.WaitCloses) // before the store is closed
 		mnt := t.TempDir()
 		srv, err := bfuse.Mount(fs, mnt, bfuse.Options{Name: "bucketfs-test"})
 		if err != nil {

@@ -21,11 +21,16 @@ import (
 	"bucketfs/internal/engine"
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
+	"bucketfs/internal/kv/testkv"
+	"bucketfs/internal/pgtest"
 	"bucketfs/internal/s3test"
 	"bucketfs/internal/vfs"
 )
 
-func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
+// TestMain stops the shared S3 store and the PostgreSQL server the tests'
+// stores run on with BUCKETFS_TEST_KV=postgres (package testkv) when they
+// have run.
+func TestMain(m *testing.M) { os.Exit(s3test.Main(pgtest.M(m))) }
 
 // env is one test's file system: a fresh bucket in the shared embedded
 // store, an engine, and an NFS server on a loopback port.
@@ -53,6 +58,9 @@ func newEnv(t testing.TB, opts Options, cfgOpts ...func(*engine.Config)) *env {
 		WrapKV: func(db kv.Store) kv.Store { return kvreplay.FromEnv(t, db) }}
 	for _, o := range cfgOpts {
 		o(&e.cfg)
+	}
+	if e.cfg.KV == nil {
+		e.cfg.KV = testkv.ForEngine(t, e.cfg.StateDir) // PostgreSQL if BUCKETFS_TEST_KV says so
 	}
 	e.s3 = s3.New(s3.Options{Region: st.Region, BaseEndpoint: aws.String(st.Endpoint), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(st.AccessKey, st.SecretKey, "")})

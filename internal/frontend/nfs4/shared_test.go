@@ -10,7 +10,7 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"bucketfs/internal/heartbeat"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/meta"
 	"bucketfs/internal/vfs"
 )
@@ -22,7 +22,7 @@ import (
 func sharedServers(t *testing.T) (a, b *env) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +38,7 @@ func sharedServers(t *testing.T) (a, b *env) {
 		}
 		t.Cleanup(beats.Stop)
 		fs := vfs.New(m, nil, nil, vfs.Config{Liveness: beats, Logger: quietLogger})
+		t.Cleanup(fs.WaitCloses) // before the store is closed
 		if _, err := fs.SetAttr(ctx, vfs.Root, meta.RootIno, vfs.SetAttrIn{Valid: vfs.SetMode, Mode: 0o777}); err != nil {
 			t.Fatal(err)
 		}

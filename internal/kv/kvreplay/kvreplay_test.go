@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"bucketfs/internal/kv"
-	kvpebble "bucketfs/internal/kv/pebble"
+	"bucketfs/internal/kv/testkv"
 )
 
-func openPebble(t *testing.T) kv.Store {
+func openStore(t *testing.T) kv.Store {
 	t.Helper()
-	db, err := kvpebble.Open(t.TempDir(), kvpebble.Options{})
+	db, err := testkv.Open(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func get(t *testing.T, s kv.Store, key string) string {
 }
 
 func TestAnUpdateRunsTwiceAndCommitsOnlyItsSecondRun(t *testing.T) {
-	s := New(openPebble(t), Options{})
+	s := New(openStore(t), Options{})
 	runs := 0
 	var between []string
 	s.BetweenRuns(func(ctx context.Context) { between = append(between, get(t, s, "run")) })
@@ -69,7 +69,7 @@ func TestAnUpdateRunsTwiceAndCommitsOnlyItsSecondRun(t *testing.T) {
 }
 
 func TestAnUpdateWhoseFnFailsRunsOnceAndWritesNothing(t *testing.T) {
-	s := New(openPebble(t), Options{})
+	s := New(openStore(t), Options{})
 	runs := 0
 	boom := errors.New("boom")
 	err := s.Update(context.Background(), func(tx kv.Txn) error {
@@ -88,7 +88,7 @@ func TestAnUpdateWhoseFnFailsRunsOnceAndWritesNothing(t *testing.T) {
 }
 
 func TestAFractionReplaysSomeUpdatesAndNotOthers(t *testing.T) {
-	s := New(openPebble(t), Options{Fraction: 0.5, Seed: 7})
+	s := New(openStore(t), Options{Fraction: 0.5, Seed: 7})
 	const n = 200
 	for i := 0; i < n; i++ {
 		if err := s.Update(context.Background(), func(tx kv.Txn) error { return nil }); err != nil {

@@ -99,5 +99,42 @@
 // The SQL is kept to what YugabyteDB and CockroachDB accept: CREATE ... IF
 // NOT EXISTS, INSERT ... ON CONFLICT, unnest of two arrays, bytea keys,
 // SERIALIZABLE transactions and no advisory locks, triggers, LISTEN or
-// exported snapshots.
+// exported snapshots. What such a database would change, on paper (none
+// is tested here; this is what their documentation describes and what
+// this store asks of a database):
+//
+//   - YugabyteDB (YSQL) shards a table by its primary key, and by default
+//     hashes the first column of it. Hashed, the kv table would answer a
+//     Get at once but every Scan (a directory listing, the export queue,
+//     a lock check) by reading every tablet. The table would have to be
+//     made with PRIMARY KEY (k ASC), range sharding, which PostgreSQL's
+//     own syntax does not take: the one DDL statement that would differ.
+//     SERIALIZABLE is supported; conflicts come back as 40001 more often
+//     (optimistic conflict checks at write time as well as commit), which
+//     Update already retries. Commits are replicated by Raft and durable
+//     when they return whatever synchronous_commit says, and a node's
+//     crash loses no commit: AsyncCommit gains nothing there. Every round
+//     trip and commit costs a network hop or a consensus round rather
+//     than a local call, so the round trips per operation (Stats) weigh
+//     several times more than on one PostgreSQL server.
+//   - Keys that grow with time would meet on one range tablet: change
+//     records (C<unix ns>...) and the export queue's order (Q<due>...)
+//     are appended at the end of their ranges by every server. On one
+//     PostgreSQL server that is one B-tree page; on a range-sharded
+//     database it is one tablet taking all those writes. Prefixing them
+//     with the writing server (or a few hash buckets) would spread them;
+//     the readers then merge several ranges.
+//   - CockroachDB takes the same SQL (bytea is BYTES), range-shards by
+//     default and runs SERIALIZABLE by default, with the same retries.
+//   - Citus distributes a table by a distribution column across worker
+//     nodes; a transaction that touches several shards has no one
+//     snapshot and no serializable order across them. A file system's
+//     transactions read and write keys all over its namespace, so the
+//     kv table of one file system must live in one shard (a column
+//     naming the file system as the distribution column, every key of
+//     it in that shard): each file system is then exactly as on one
+//     PostgreSQL server, and Citus spreads file systems, not one.
+//   - Nothing here relies on PostgreSQL's clock or process identity,
+//     except AsyncCommit's check of a restarted database
+//     (pg_postmaster_start_time), which bucketfs servers do not use.
 package postgres

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"bucketfs/internal/kv"
@@ -77,6 +78,28 @@ type Store struct {
 	mu       sync.Mutex
 	unsynced map[string]bool
 	lost     error
+
+	stats struct {
+		views, updates, attempts, roundTrips, syncs atomic.Int64
+	}
+}
+
+// Stats counts what a store asked of the database since it was opened.
+type Stats struct {
+	Views, Updates int64
+	// Attempts counts runs of Updates' fns: Attempts - Updates were run
+	// again after a conflict or a lost connection.
+	Attempts int64
+	// RoundTrips counts the statements, or batches of statements, sent
+	// and waited for: the latency a caller pays.
+	RoundTrips int64
+	Syncs      int64
+}
+
+// Stats returns the store's counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{Views: s.stats.views.Load(), Updates: s.stats.updates.Load(), Attempts: s.stats.attempts.Load(),
+		RoundTrips: s.stats.roundTrips.Load(), Syncs: s.stats.syncs.Load()}
 }
 
 // instanceKey is where a connection keeps the run of the database it
@@ -316,6 +339,7 @@ func (s *Store) Sync(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
 	defer cancel()
+	s.stats.syncs.Add(1)
 	s.mu.Lock()
 	if s.lost != nil {
 		s.mu.Unlock()
@@ -353,6 +377,7 @@ func (s *Store) syncMark(ctx context.Context) (run string, err error) {
 			b.Queue("SET LOCAL synchronous_commit = " + s.syncLevel)
 			b.Queue(s.sql.syncMark, s.mark)
 			b.Queue("COMMIT")
+			s.stats.roundTrips.Add(1)
 			err = pc.SendBatch(ctx, b).Close()
 			run = instanceOf(pc.Conn())
 			pc.Release()
@@ -391,6 +416,7 @@ func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
 	defer cancel()
+	s.stats.views.Add(1)
 	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
 		return fmt.Errorf("%s: view: %w", s.name, err)

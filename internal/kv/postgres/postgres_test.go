@@ -391,3 +391,44 @@ func TestWithAsyncCommitASyncAfterTheDatabaseRestartedFailsForCommitsOfTheEarlie
 		}
 	}
 }
+
+// The round trips the package doc promises, as Stats counts them: an
+// Update that only writes is one (BEGIN, the writes and COMMIT in one
+// batch); one that reads a key first is two (the read carries BEGIN, the
+// writes travel with COMMIT); a View of one key is two (the read with
+// BEGIN, then COMMIT).
+func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
+	s := open(t, pgtest.Start(t).NewDatabase(t), "bucketfs").(*Store)
+	ctx := context.Background()
+	cost := func(what string, want int64, fn func() error) {
+		t.Helper()
+		before := s.Stats().RoundTrips
+		if err := fn(); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Stats().RoundTrips - before; got != want {
+			t.Errorf("%s: %d round trips, want %d", what, got, want)
+		}
+	}
+	cost("a write-only Update", 1, func() error {
+		return s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("a"), []byte("1")) })
+	})
+	cost("an Update that reads a key, then writes two", 2, func() error {
+		return s.Update(ctx, func(tx kv.Txn) error {
+			if _, err := tx.Get([]byte("a")); err != nil {
+				return err
+			}
+			if err := tx.Set([]byte("b"), []byte("2")); err != nil {
+				return err
+			}
+			return tx.Set([]byte("c"), []byte("3"))
+		})
+	})
+	cost("a View of one key", 2, func() error {
+		return s.View(ctx, func(r kv.Reader) error { _, err := r.Get([]byte("b")); return err })
+	})
+	st := s.Stats()
+	if st.Updates != 2 || st.Attempts != 2 || st.Views < 1 {
+		t.Errorf("Stats %+v: want 2 Updates in 2 attempts and a View", st)
+	}
+}

@@ -93,6 +93,7 @@ func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string
 }
 
 func (r *reader) readOnce(ctx context.Context, each func(pgx.Rows) error, sql string, args ...any) error {
+	r.s.stats.roundTrips.Add(1)
 	var rows pgx.Rows
 	var br pgx.BatchResults
 	if r.begun {
@@ -143,6 +144,7 @@ func (r *reader) end() error {
 	r.begun = false
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), endTimeout)
 	defer cancel()
+	r.s.stats.roundTrips.Add(1)
 	_, err := r.conn().Exec(ctx, "COMMIT")
 	return err
 }

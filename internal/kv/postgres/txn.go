@@ -29,6 +29,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
 func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
 	defer cancel()
+	s.stats.updates.Add(1)
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -47,6 +48,7 @@ func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) er
 // whether the transaction surely did not commit for a reason that may
 // pass: then err is why.
 func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bool, err error) {
+	s.stats.attempts.Add(1)
 	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE")
 	if err != nil {
 		// Connecting failed (the server restarting, say): nothing ran.
@@ -58,6 +60,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bo
 		if !committed && t.begun && !t.closed() {
 			// Rolls back fn's transaction, also when fn panics.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+			s.stats.roundTrips.Add(1)
 			if _, rerr := t.conn().Exec(rctx, "ROLLBACK"); rerr != nil {
 				t.conn().Close(context.Background())
 			}
@@ -296,6 +299,7 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 	}
 	b.Queue("COMMIT")
 	t.begun = true // from here on a ROLLBACK is due if COMMIT did not end it
+	t.s.stats.roundTrips.Add(1)
 	br := t.conn().SendBatch(ctx, b)
 	var stmtErr error
 	failed := 0 // the statement that failed
