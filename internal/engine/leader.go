@@ -628,6 +628,13 @@ func (l *leadership) earlierRun(server uint64) bool {
 	return ok && id != l.self.ID && l.self.NFS != "" && o.srv.NFS == l.self.NFS
 }
 
+// earlierRunOf is earlierRun for a registry record.
+func (l *leadership) earlierRunOf(s meta.Server) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS
+}
+
 // noteGone moves the servers asked about before a look at the registry
 // began (start) and absent from it (seen) to gone, and forgets gone
 // servers after an hour (their records are deleted by whoever finds them

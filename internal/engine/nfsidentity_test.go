@@ -87,3 +87,48 @@ func TestARestartWithOtherSettingsIsNotRefusedByItsOwnEarlierRun(t *testing.T) {
 		t.Fatalf("a new run of the crashed server's state directory with another export delay: %v", err)
 	}
 }
+
+// A server's status does not list the record its own earlier run left in
+// the registry as another live server.
+func TestStatusDoesNotListTheServersOwnEarlierRun(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	a := c.open(t, 2*time.Second, "", func(cfg *Config) { cfg.StateDir = dir })
+	if _, err := a.NFSIdentity(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srvs, err := a.Meta.Servers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(srvs) == 1 && srvs[0].NFS != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the registry record never named the NFS identity")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	b := c.open(t, 2*time.Second, "", func(cfg *Config) { cfg.StateDir = dir })
+	other := c.open(t, 2*time.Second, "")
+	st, err := b.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range st.Servers {
+		ids = append(ids, s.ID)
+	}
+	slices.Sort(ids)
+	want := []string{b.ServerID(), other.ServerID()}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("status lists %v; want this run and the other server %v, not the crashed run %s", ids, want, a.ServerID())
+	}
+}
