@@ -432,3 +432,33 @@ func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 		t.Errorf("Stats %+v: want 2 Updates in 2 attempts and a View", st)
 	}
 }
+
+// A View (or Update) begun while the database is down waits for it, up
+// to Options.OpTimeout, rather than failing at once: it has read nothing,
+// so waiting is safe. The three-server cluster test found NFS LOOKUPs
+// failing with EIO within a millisecond of a restart.
+func TestAViewBegunWhileTheDatabaseIsDownWaitsForIt(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, srv.NewDatabase(t), "bucketfs")
+	kvtest.Set(t, s, "a", "1")
+	srv.Stop()
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		time.Sleep(700 * time.Millisecond) // down for a while: what is tested is the wait
+		srv.Start()
+	}()
+	var got []byte
+	err := s.View(context.Background(), func(r kv.Reader) error {
+		var err error
+		got, err = r.Get([]byte("a"))
+		return err
+	})
+	<-back
+	if err != nil || string(got) != "1" {
+		t.Fatalf("a View begun while the database was down: %q, %v; want it to wait and read 1", got, err)
+	}
+	if err := s.Update(context.Background(), func(tx kv.Txn) error { return tx.Set([]byte("b"), []byte("2")) }); err != nil {
+		t.Fatalf("an Update after: %v", err)
+	}
+}

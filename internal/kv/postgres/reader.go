@@ -11,6 +11,7 @@ import (
 	"bucketfs/internal/kv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -41,7 +42,7 @@ const endTimeout = 10 * time.Second
 // newReader takes a connection from the pool for a transaction begun with
 // begin.
 func (s *Store) newReader(ctx context.Context, begin string) (*reader, error) {
-	pc, err := s.pool.Acquire(ctx)
+	pc, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -86,8 +87,25 @@ func (r *reader) read(ctx context.Context, each func(pgx.Rows) error, sql string
 			return err
 		}
 		r.release()
-		if r.pc, err = r.s.pool.Acquire(ctx); err != nil {
+		if r.pc, err = r.s.acquire(ctx); err != nil {
 			return err
+		}
+	}
+}
+
+// acquire takes a connection from the pool. While the database cannot be
+// reached (down, restarting) it tries again, after growing pauses, until
+// ctx ends: a transaction that has read nothing yet waits for the
+// database rather than failing at once (Options.OpTimeout bounds it).
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		pc, err := s.pool.Acquire(ctx)
+		var ce *pgconn.ConnectError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &ce) {
+			return pc, err
+		}
+		if werr := s.backoff(ctx, attempt); werr != nil {
+			return nil, fmt.Errorf("%w (last: %v)", werr, err)
 		}
 	}
 }
