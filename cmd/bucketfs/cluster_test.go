@@ -168,8 +168,9 @@ func (s *server) start() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// Renewals keep the client's lease (and session) whatever the
-		// test waits for.
-		cl, err := nfsclient.Dial(ctx, s.nfsAddr, nfsclient.Config{MinorVersion: 1, RenewInterval: 10 * time.Second})
+		// test waits for: the lease of serve --meta is half the server
+		// lease (5 s; nfs4's identity.go), so renew well within it.
+		cl, err := nfsclient.Dial(ctx, s.nfsAddr, nfsclient.Config{MinorVersion: 1, RenewInterval: time.Second})
 		if err != nil {
 			t.Fatalf("connect to %s: %v", s.name, err)
 		}

@@ -30,12 +30,19 @@ func TestHelpTextsShowNoLiteralEscapes(t *testing.T) {
 	}
 }
 
+// packageDir is this package's directory, the working directory the test
+// binary starts in, read before any test starts an embedded store (which
+// moves the working directory: see package s3local).
+var packageDir, _ = os.Getwd()
+
 // `bucketfs version` names the source even from a build without VCS
 // stamping (-buildvcs=false, as GOFLAGS here has it): its module version,
 // or that the revision is unknown, never nothing.
 func TestVersionNamesTheSourceEvenWithoutVCSStamping(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bucketfs")
-	if out, err := exec.Command("go", "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, ".")
+	build.Dir = packageDir // the embedded store moves the working directory (s3local)
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildvcs=false: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "version").Output()

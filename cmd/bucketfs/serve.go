@@ -67,8 +67,20 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return openError(cfg, err)
 	}
 	defer e.Close()
+	// The identity names this server's NFS client records, found again
+	// at its next start; on a shared store, the registry tells it which
+	// other NFS servers run (nfs4's identity.go).
+	identity, err := e.NFSIdentity()
+	if err != nil {
+		return err
+	}
+	var registry nfs4.Registry
+	if cfg.Shared || cfg.Meta != "" {
+		registry = e
+	}
 	srv, err := nfs4.New(ctx, e.FS, nfs4.Options{AllowNets: nets, RootSquash: *rootSquash, AccessPoints: aps,
-		AllowAuthNone: *authNone, TLS: nfsTLS, TLSRequired: *tlsRequired, Logger: log})
+		AllowAuthNone: *authNone, TLS: nfsTLS, TLSRequired: *tlsRequired, Logger: log,
+		Identity: identity, Registry: registry})
 	if err != nil {
 		return err
 	}

@@ -315,13 +315,14 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 	if e.leader, err = newLeadership(e, e.ownKV); err != nil {
 		return nil, err
 	}
+	e.knownIdentity()
 	kept := func(ino meta.Ino, name string) {
 		if e.Importer != nil { // set before the file system serves
 			e.Importer.KeptInLostFound(ino, name)
 		}
 	}
 	if e.Meta, err = meta.Open(ctx, e.KV, meta.Options{ExportDelay: cfg.ExportDelay, OnKeptInLostFound: kept,
-		Defaults: cfg.Defaults, ChangeLog: cfg.Shared, Server: e.leader.selfID(),
+		Defaults: cfg.Defaults, ChangeLog: cfg.Shared, Server: e.leader.selfID(), EarlierRun: e.leader.earlierRun,
 		Bucket: "s3://" + e.Bucket.Name() + "/" + e.Bucket.Prefix()}); err != nil {
 		return nil, err
 	}

@@ -121,6 +121,16 @@ func (l *leadership) run(ctx context.Context) {
 		if err := l.e.Meta.ReleaseLease(rctx, meta.SyncLease, l.self.ID); err != nil {
 			l.e.log.Warn("release the sync lease; another server takes it over after the lease time", "err", err)
 		}
+		// Locks this server's clients still hold at a clean stop (an NFS
+		// server keeps them for its clients to reclaim at its restart)
+		// hold for the other servers as after a crash: the registry
+		// record is left to run out, so they honour the locks for the
+		// lease time, and a restart of this state directory takes them
+		// over (earlierRun).
+		if held, err := l.e.Meta.HoldsLocks(rctx, l.selfID()); err != nil || held {
+			l.e.log.Info("clients of this server hold locks: its registry record is left to run out, so the other servers honour them for the lease time", "lease", l.leaseTime)
+			return
+		}
 		if err := l.e.Meta.RemoveServer(rctx, l.self.ID, 0); err != nil {
 			l.e.log.Warn("remove this server from the registry", "err", err)
 		}
@@ -602,6 +612,29 @@ func (l *leadership) Alive(server uint64) bool {
 	return true
 }
 
+// earlierRun implements meta.Options.EarlierRun, from memory: a server
+// whose registry record names this server's NFS identity is an earlier
+// run of this state directory (the identity lives there, and this run
+// holds the directory's lock, so that run is dead, by a crash or a stop
+// that left its clients' locks for them to reclaim). Its records of locks,
+// opens and share reservations do not hold against this run, whose
+// clients reclaim what they held through it; the other servers honour
+// them until they find it dead, as for any dead server, and then they go.
+func (l *leadership) earlierRun(server uint64) bool {
+	id := fmt.Sprintf("%016x", server)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.peers[id]
+	return ok && id != l.self.ID && l.self.NFS != "" && o.srv.NFS == l.self.NFS
+}
+
+// earlierRunOf is earlierRun for a registry record.
+func (l *leadership) earlierRunOf(s meta.Server) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS
+}
+
 // noteGone moves the servers asked about before a look at the registry
 // began (start) and absent from it (seen) to gone, and forgets gone
 // servers after an hour (their records are deleted by whoever finds them
@@ -661,9 +694,15 @@ func (l *leadership) checkSettings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
+	nfs := l.self.NFS
+	l.mu.Unlock()
 	for _, s := range srvs {
 		if s.ID == l.self.ID || s.Settings == "" || s.Settings == l.self.Settings {
 			continue
+		}
+		if nfs != "" && s.NFS == nfs {
+			continue // an earlier run of this state directory (earlierRun)
 		}
 		if time.Since(s.Heartbeat) > 2*l.leaseTime {
 			continue

@@ -145,8 +145,8 @@ func (e *Engine) serverFigures(ctx context.Context, st *Status) error {
 	}
 	st.Servers = st.Servers[:0]
 	for _, s := range srvs {
-		if !l.alive(s) {
-			continue
+		if !l.alive(s) || l.earlierRunOf(s) {
+			continue // dead, or an earlier run of this very server
 		}
 		st.Servers = append(st.Servers, ServerStatus{ID: s.ID, Host: s.Host, PID: s.PID, Addrs: s.Addrs,
 			Started: s.Started, HeartbeatAgeS: max(now.Sub(s.Heartbeat).Seconds(), 0),

@@ -53,8 +53,13 @@ type Server struct {
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
 	// Addrs are the addresses it serves, by what ("nfs", "metrics").
-	Addrs   map[string]string `json:"addrs,omitempty"`
-	Started time.Time         `json:"started"`
+	Addrs map[string]string `json:"addrs,omitempty"`
+	// NFS is the identity of its NFS server (16 hex digits), the same
+	// at every start of the server, if it serves NFS: the other NFS
+	// servers read it to know whose client records are still in use
+	// (package nfs4's identity.go).
+	NFS     string    `json:"nfs,omitempty"`
+	Started time.Time `json:"started"`
 	// Heartbeat is the server's own clock at its last renewal, and Beat
 	// counts renewals: others judge liveness by Beat changing.
 	Heartbeat time.Time `json:"heartbeat"`

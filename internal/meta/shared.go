@@ -24,7 +24,12 @@ import (
 //
 // A server writes only keys that end in its own id, so two servers never
 // write one key. A record of a server that alive reports dead is ignored,
-// and deleted by the first transaction here that finds it so.
+// and deleted by the first transaction here that finds it so. A record of
+// an earlier run of this server (Options.EarlierRun) that is still alive
+// is ignored here and left alone: the other servers honour it until they
+// find that run dead, and this one, which has taken over that run's
+// clients (they reclaim their state through it), does not hold their old
+// locks, opens and share reservations against them.
 //
 // The alive functions these methods take are called inside kv
 // transactions: they must answer from memory, without waiting.
@@ -85,9 +90,9 @@ func decodeHeld(h *locks.Held, v []byte) error {
 }
 
 // othersOnIno calls fn with the server and value of every key under prefix
-// p for ino that belongs to a live server other than self, and deletes,
-// when tx is not nil, those of dead servers.
-func othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64, alive func(uint64) bool,
+// p for ino that belongs to a live server other than self and its earlier
+// runs, and deletes, when tx is not nil, those of dead servers.
+func (s *Store) othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64, alive func(uint64) bool,
 	fn func(server uint64, v []byte) error) error {
 	lo := inoPrefix(p, ino)
 	var dead [][]byte
@@ -99,6 +104,7 @@ func othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64, alive fun
 		server := kv.Uint64(k[len(lo):])
 		switch {
 		case server == self:
+		case s.earlierRun(server) && alive(server):
 		case !alive(server):
 			dead = append(dead, append([]byte(nil), k...))
 		default:
@@ -176,7 +182,7 @@ func (s *Store) ShareReservations(ctx context.Context, ino Ino, self uint64, ali
 func (s *Store) OthersReservations(ctx context.Context, ino Ino, self uint64, alive func(uint64) bool) (access, deny uint8, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		access, deny = 0, 0
-		return othersOnIno(r, nil, pShares, ino, self, alive, func(_ uint64, v []byte) error {
+		return s.othersOnIno(r, nil, pShares, ino, self, alive, func(_ uint64, v []byte) error {
 			if len(v) == 2 {
 				access |= v[0]
 				deny |= v[1]
@@ -200,7 +206,7 @@ func (s *Store) shareOnIno(ctx context.Context, p byte, ino Ino, self uint64, al
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
 		ok = false // fn may run again
 		reset()
-		err := othersOnIno(tx, tx, p, ino, self, alive, func(_ uint64, v []byte) error { return fold(v) })
+		err := s.othersOnIno(tx, tx, p, ino, self, alive, func(_ uint64, v []byte) error { return fold(v) })
 		if err != nil {
 			return err
 		}
@@ -232,7 +238,7 @@ func (s *Store) OthersLocks(ctx context.Context, ino Ino, self uint64, alive fun
 	var theirs locks.Held
 	err := s.kv.View(ctx, func(r kv.Reader) error {
 		theirs = locks.Held{}
-		return othersOnIno(r, nil, pLocks, ino, self, alive, func(_ uint64, v []byte) error {
+		return s.othersOnIno(r, nil, pLocks, ino, self, alive, func(_ uint64, v []byte) error {
 			return decodeHeld(&theirs, v)
 		})
 	})
@@ -289,7 +295,10 @@ func (s *Store) OpenElsewhere(ctx context.Context, ino Ino, self uint64, alive f
 	// something dead to delete.
 	err := s.kv.View(ctx, func(r kv.Reader) error {
 		open, dead = false, false
-		err := othersOnIno(r, nil, pOpen, ino, self, everyone, func(server uint64, _ []byte) error {
+		err := s.othersOnIno(r, nil, pOpen, ino, self, everyone, func(server uint64, _ []byte) error {
+			if s.earlierRun(server) && alive(server) {
+				return nil
+			}
 			if !alive(server) {
 				dead = true
 				return nil
@@ -304,7 +313,7 @@ func (s *Store) OpenElsewhere(ctx context.Context, ino Ino, self uint64, alive f
 	})
 	if err == nil && !open && dead {
 		err = s.kv.Update(ctx, func(tx kv.Txn) error {
-			return othersOnIno(tx, tx, pOpen, ino, self, alive, func(uint64, []byte) error { return nil })
+			return s.othersOnIno(tx, tx, pOpen, ino, self, alive, func(uint64, []byte) error { return nil })
 		})
 	}
 	if err != nil {
@@ -343,3 +352,25 @@ func (s *Store) DropServerState(ctx context.Context, server uint64) error {
 	}
 	return nil
 }
+
+// HoldsLocks reports whether server has a lock record (P<ino><server>)
+// left in the store.
+func (s *Store) HoldsLocks(ctx context.Context, server uint64) (bool, error) {
+	var found bool
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		found = false
+		lo := []byte{pLocks}
+		return r.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+			found = len(k) == 17 && kv.Uint64(k[9:]) == server
+			return !found
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("locks of server %d: %w", server, err)
+	}
+	return found, nil
+}
+
+// earlierRun reports whether server is an earlier run of this one
+// (Options.EarlierRun).
+func (s *Store) earlierRun(server uint64) bool { return s.earlier != nil && s.earlier(server) }

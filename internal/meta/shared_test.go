@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"bucketfs/internal/kv/testkv"
 	"bucketfs/internal/locks"
 )
 
@@ -69,5 +70,55 @@ func TestPublishedLocksReadBackWholeAndADeadServersAreDropped(t *testing.T) {
 	}
 	if got, _ := a.OthersLocks(ctx, 43, 1, isAlive); got.Empty() {
 		t.Fatal("dropping server 1 dropped server 2's locks")
+	}
+}
+
+// The records of an earlier run of a server (Options.EarlierRun) do not
+// bind it and are not deleted by it while that run counts as alive: the
+// other servers still read them. Once it is dead they are deleted as any
+// dead server's.
+func TestAnEarlierRunsRecordsBindOnlyTheOtherServers(t *testing.T) {
+	ctx := context.Background()
+	db, err := testkv.Open(t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	open := func(server uint64, earlier func(uint64) bool) *Store {
+		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Server: server, EarlierRun: earlier})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Server 3 is an earlier run of server 1; server 2 is another.
+	alive := map[uint64]bool{1: true, 2: true, 3: true}
+	isAlive := func(s uint64) bool { return alive[s] }
+	old, now, other := open(3, nil), open(1, func(s uint64) bool { return s == 3 }), open(2, nil)
+	held := locks.Held{Records: []locks.Lock{{Start: 0, End: 9, Kind: locks.Write, Owner: locks.Owner{ID: 7, Client: 3}}}}
+	if ok, err := old.ShareLocks(ctx, 42, 3, isAlive, held, nil); err != nil || !ok {
+		t.Fatalf("ShareLocks = %v, %v", ok, err)
+	}
+	if err := old.MarkOpen(ctx, 42, 3, true); err != nil {
+		t.Fatal(err)
+	}
+	blocked := func(theirs locks.Held) bool { return !theirs.Empty() }
+	if ok, err := now.ShareLocks(ctx, 42, 1, isAlive, held, blocked); err != nil || !ok {
+		t.Fatalf("ShareLocks by the new run over its earlier run's lock = %v, %v; want granted", ok, err)
+	}
+	if open, err := now.OpenElsewhere(ctx, 42, 1, isAlive); err != nil || open {
+		t.Fatalf("OpenElsewhere for the new run = %v, %v; want its earlier run not counted", open, err)
+	}
+	got, err := other.OthersLocks(ctx, 42, 2, isAlive)
+	if err != nil || len(got.Records) != 2 {
+		t.Fatalf("another server reads %+v, %v; want the earlier run's lock and the new run's", got, err)
+	}
+	alive[3] = false
+	if ok, err := now.ShareLocks(ctx, 42, 1, isAlive, locks.Held{}, nil); err != nil || !ok {
+		t.Fatalf("ShareLocks = %v, %v", ok, err)
+	}
+	alive[3] = true
+	if got, _ := other.OthersLocks(ctx, 42, 2, isAlive); !got.Empty() {
+		t.Fatalf("inode 42 holds %+v after the earlier run died and the new one released; want nothing", got)
 	}
 }

@@ -35,7 +35,8 @@ import (
 //	e<ino><key>                 an object key the exporter may have written for ino (intents.go)
 //	U<key>                      a multipart upload of key about to be created (uploads.go)
 //	c/secret/<name>             a secret made once per file system (secret.go)
-//	n<client owner>             an NFS client that may reclaim state after a restart (package nfs4)
+//	N<identity><client owner>   a client of one NFS server that may reclaim state after its restart (clients.go)
+//	n<client owner>             the same, of the earlier single-server form, taken over at a start (clients.go)
 //	C<unix ns><server><seq>     what one transaction changed, for the other servers (changes.go)
 //	c/bucket                    s3://bucket/prefix the file system mirrors (origin.go)
 //	c/changes-trimmed           the time below which change records were deleted
@@ -104,6 +105,12 @@ type Options struct {
 	Server                        uint64
 	ChangeWindow, ChangeRetention time.Duration
 
+	// EarlierRun, if set, tells whether a server is an earlier run of
+	// this one (shared.go): its lock, open and share records, while it is
+	// alive, neither bind this server nor are deleted by it. It is asked
+	// inside kv transactions: it must answer from memory.
+	EarlierRun func(server uint64) bool
+
 	// MaxObservationAge bounds how long an Observation serves imports
 	// (fences.go); 0 means DefaultMaxObservationAge.
 	MaxObservationAge time.Duration
@@ -128,6 +135,8 @@ type Store struct {
 
 	changes                       changeLog // see changes.go
 	changeWindow, changeRetention time.Duration
+
+	earlier func(server uint64) bool // Options.EarlierRun
 }
 
 // Open loads the namespace from db, creating a new file system when db is
@@ -158,6 +167,7 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		s.changes.server = kv.Uint64(b[:])
 	}
 	s.changeWindow = cmp.Or(opt.ChangeWindow, DefaultChangeWindow)
+	s.earlier = opt.EarlierRun
 	s.changeRetention = cmp.Or(opt.ChangeRetention, DefaultChangeRetention)
 	s.maxObservationAge = cmp.Or(opt.MaxObservationAge, DefaultMaxObservationAge)
 	if opt.ChangeLog {

@@ -88,7 +88,7 @@ func TestExchangeIDFromAnotherPrincipalRemovesAConfirmedRecordWithoutStateAtOnce
 	old.do(putfh(fh), closeOp(0, sid))
 	oldID, oldSess := old.clientID, old.sess
 	old.do(&nfsv4.NfsArgop4_OP_DESTROY_SESSION{OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: oldSess}})
-	if recs, err := e.eng.Meta.ClientRecords(context.Background()); err != nil || recs["4.1:collided"] == nil {
+	if recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity); err != nil || recs["4.1:collided"] == nil {
 		t.Fatalf("the client that opened a file has no stable record (%v)", err)
 	}
 
@@ -111,7 +111,7 @@ func TestExchangeIDFromAnotherPrincipalRemovesAConfirmedRecordWithoutStateAtOnce
 	if res := old.raw(old.seqOp(), putroot()); res.Status != nfsv4.NFS4ERR_BADSESSION {
 		t.Errorf("SEQUENCE on the replaced client's session: %s, want NFS4ERR_BADSESSION", nfsv4.Nfsstat4_name[res.Status])
 	}
-	if recs, err := e.eng.Meta.ClientRecords(context.Background()); err != nil || recs["4.1:collided"] != nil {
+	if recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity); err != nil || recs["4.1:collided"] != nil {
 		t.Errorf("the replaced client's stable record is still there (%v): it could reclaim after a restart", err)
 	}
 

@@ -104,5 +104,15 @@
 // PUTFH refuses (NFS4ERR_STALE) a handle whose file is no longer under the
 // root, and RENAME, LINK and COPY across access points are NFS4ERR_XDEV.
 //
+// # Several servers
+//
+// Several servers may serve one file system from one store (identity.go):
+// filehandles work through all of them; each keeps its own clients,
+// sessions, stateids and leases, and its own client records under an
+// identity that survives its restarts; locks, opens and share
+// reservations bind the clients of every server (vfs's shared.go), and a
+// dead server's stop binding the others after the registry's lease time,
+// which every client's lease is shorter than.
+//
 // Delegations are never granted and no back channel is offered.
 package nfs4

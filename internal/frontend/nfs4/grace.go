@@ -44,7 +44,17 @@ import (
 // it has sent RECLAIM_COMPLETE, with or without a grace period
 // (noNewStateFor).
 //
-// The records are those of this server alone: the kv is one process's.
+// The records are this server's alone, under its identity
+// (Options.Identity; meta's clients.go): on a file system shared by
+// several servers, a restart of one finds exactly its own clients, runs
+// its grace period for them alone, and never reclaims, waits for or
+// deletes the clients of another server (identity.go). The grace period
+// holds back new state on this server only: the other servers of the file
+// system stopped honouring this server's locks once the registry showed it
+// dead (vfs.Liveness), so a lock another server granted meanwhile makes
+// the reclaim of a conflicting one fail (NFS4ERR_DENIED, as the vfs
+// refuses it): the client lost that lock, as it would have lost it to a
+// lease that ran out.
 
 // graceState is the grace period's part of the state table, guarded by
 // the table's mutex.
@@ -183,7 +193,7 @@ func (s *Server) recordClient(ctx context.Context, cl *client) nfsv4.Nfsstat4 {
 	}
 	rec := clientRecord{principal: cl.principal, renewed: cl.lastRenew}
 	t.mu.Unlock()
-	if err := s.fs.Meta().PutClientRecord(ctx, cl.key, encodeClientRecord(rec)); err != nil {
+	if err := s.fs.Meta().PutClientRecord(ctx, s.identity, cl.key, encodeClientRecord(rec)); err != nil {
 		s.log.Error("recording an NFS client in stable storage", "client", cl.id, "err", err)
 		return statusOf(err)
 	}
@@ -228,7 +238,7 @@ func (s *Server) forgetClient(cl *client) {
 	if taken {
 		return
 	}
-	if err := s.fs.Meta().DeleteClientRecord(context.Background(), cl.key); err != nil {
+	if err := s.fs.Meta().DeleteClientRecord(context.Background(), s.identity, cl.key); err != nil {
 		s.log.Error("removing an NFS client from stable storage", "client", cl.id, "err", err)
 	}
 }
@@ -259,7 +269,7 @@ func (s *Server) pruneRecords() {
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
 	for _, owner := range lost {
-		if err := s.fs.Meta().DeleteClientRecord(context.Background(), owner); err != nil {
+		if err := s.fs.Meta().DeleteClientRecord(context.Background(), s.identity, owner); err != nil {
 			s.log.Error("removing an NFS client from stable storage", "owner", owner, "err", err)
 		}
 	}

@@ -3,11 +3,15 @@ package nfs4
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/kv"
 )
 
 // Issue 22: a restart waits only for clients that may have something to
@@ -18,7 +22,7 @@ import (
 // records returns the owners of the client records in stable storage.
 func (e *env) records(t *testing.T) map[string]bool {
 	t.Helper()
-	recs, err := e.eng.Meta.ClientRecords(context.Background())
+	recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +127,10 @@ func TestARecordWhoseLeaseRanOutBeforeTheStopIsDropped(t *testing.T) {
 			// client's record.
 			stop := time.Now().Add(-2 * time.Hour)
 			ctx := context.Background()
-			if err := e.eng.Meta.PutClientRecord(ctx, "4.1:gone", tc.record(stop)); err != nil {
+			if err := e.eng.Meta.PutClientRecord(ctx, e.srv.identity, "4.1:gone", tc.record(stop)); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.eng.Meta.PutClientRecord(ctx, stopRecord, encodeStop(stop)); err != nil {
+			if err := e.eng.Meta.PutClientRecord(ctx, e.srv.identity, stopRecord, encodeStop(stop)); err != nil {
 				t.Fatal(err)
 			}
 			e.startServer()
@@ -154,7 +158,7 @@ func TestTheRecordOfAClientThatHoldsStateFollowsItsRenewals(t *testing.T) {
 	c := e.dial(0, userCred)
 	confirmedOpen40(t, c, "renewing40", "held")
 	stored := func() time.Time {
-		recs, err := e.eng.Meta.ClientRecords(context.Background())
+		recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,4 +172,58 @@ func TestTheRecordOfAClientThatHoldsStateFollowsItsRenewals(t *testing.T) {
 		c.do(&nfsv4.NfsArgop4_OP_RENEW{Oprenew: nfsv4.Renew4args{Clientid: c.clientID}})
 		return stored().Sub(first) > lease/4
 	}, "a later renewal to be stored")
+}
+
+// A record of the single-server form an earlier version wrote (n<owner>)
+// is the restarted server's: its client is waited for and may reclaim, and
+// the record is kept under the server's identity from then on.
+func TestARecordOfTheSingleServerFormIsTakenOverAtTheStart(t *testing.T) {
+	e := newEnv(t, Options{LeaseTime: time.Minute})
+	holder := e.dial(1, userCred)
+	holder.session("holder")
+	fh, sid := openFile(t, holder, "o", "ledger")
+	holder.do(putfh(fh), lockNew(holder, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	e.srv.Close()
+	// Rewrite the stopped server's records as the earlier version kept
+	// them: one key per owner, under no identity.
+	ctx := context.Background()
+	recs, err := e.eng.Meta.ClientRecords(ctx, e.srv.identity)
+	if err != nil || recs["4.1:holder"] == nil {
+		t.Fatalf("records at the stop: %q, %v", recs, err)
+	}
+	if err := e.eng.KV.Update(ctx, func(tx kv.Txn) error {
+		for owner, v := range recs {
+			if err := tx.Set(append([]byte{'n'}, owner...), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Meta.ChangeClientRecords(ctx, e.srv.identity, nil, slices.Collect(maps.Keys(recs))); err != nil {
+		t.Fatal(err)
+	}
+	e.startServer()
+
+	other := e.dial(1, authSys(1001, 1001))
+	other.session("other")
+	other.expect(nfsv4.NFS4ERR_GRACE, putroot(), openArgs(other, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	if holder = e.dial(1, userCred); holder.sessionOnly("holder") {
+		t.Fatal("the restarted server knew the client's id")
+	}
+	out := holder.do(putfh(fh), openPrevious(holder, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	sid = openOK(t, out[1]).Stateid
+	holder.do(putfh(fh), lockReclaim(holder, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	holder.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	if !e.records(t)["4.1:holder"] {
+		t.Fatalf("records after the start: %v; want the holder's under the server's identity", e.records(t))
+	}
+	var legacy int
+	e.eng.KV.View(ctx, func(r kv.Reader) error {
+		return r.Scan([]byte{'n'}, []byte{'o'}, func(k, v []byte) bool { legacy++; return true })
+	})
+	if legacy != 0 {
+		t.Fatalf("%d records of the earlier form are left", legacy)
+	}
 }

@@ -124,7 +124,7 @@ func TestAClientThatDoesNotComeBackHoldsUpOthersForOneLeaseAndThenLosesItsClaim(
 	// Its record is gone: after another restart only the other client
 	// may reclaim (its lock), the late one may not.
 	waitFor(t, func() bool {
-		recs, err := e.eng.Meta.ClientRecords(context.Background())
+		recs, err := e.eng.Meta.ClientRecords(context.Background(), e.srv.identity)
 		return err == nil && len(recs) == 1 && recs["4.1:other"] != nil
 	}, "the records to be pruned to the other client's")
 	e.restart()

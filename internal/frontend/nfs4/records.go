@@ -85,9 +85,19 @@ func (s *Server) reapTick() time.Duration {
 // with the principal that made them. The records kept are stored again
 // with the start as their renewal time (and in this form), durably: their
 // clients could not renew while the server was down, and a crash of this
-// instance must not make them look expired at the next start.
+// instance must not make them look expired at the next start. Records of
+// the earlier single-server form are taken over first (meta's
+// AdoptLegacyClientRecords): they are this server's if it is the first
+// to start since they were written.
 func (s *Server) loadRecords(ctx context.Context) (map[string]string, error) {
-	raw, err := s.fs.Meta().ClientRecords(ctx)
+	adopted, err := s.fs.Meta().AdoptLegacyClientRecords(ctx, s.identity)
+	if err != nil {
+		return nil, err
+	}
+	if adopted > 0 {
+		s.log.Info("NFS client records of the earlier single-server form are taken over by this server", "records", adopted)
+	}
+	raw, err := s.fs.Meta().ClientRecords(ctx, s.identity)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +134,7 @@ func (s *Server) loadRecords(ctx context.Context) (map[string]string, error) {
 		del = append(del, stopRecord)
 	}
 	if len(put) > 0 || len(del) > 0 {
-		if err := s.fs.Meta().ChangeClientRecords(ctx, put, del); err != nil {
+		if err := s.fs.Meta().ChangeClientRecords(ctx, s.identity, put, del); err != nil {
 			return nil, err
 		}
 	}
@@ -173,7 +183,7 @@ func (s *Server) keepRecords() {
 	if len(put) == 0 && len(del) == 0 {
 		return
 	}
-	if err := s.fs.Meta().ChangeClientRecords(context.Background(), put, del); err != nil {
+	if err := s.fs.Meta().ChangeClientRecords(context.Background(), s.identity, put, del); err != nil {
 		// A record not removed only makes a restart more careful; a
 		// renewal not stored must be tried again.
 		s.log.Error("updating NFS client records in stable storage", "err", err)
@@ -188,8 +198,9 @@ func (s *Server) keepRecords() {
 // closeRecords leaves, at a clean stop, the records of the clients that
 // hold state now, with their exact renewals, and a stop record; the
 // records of clients that hold nothing, or whose lease has run out, go:
-// the next instance waits for the others alone.
-func (s *Server) closeRecords() {
+// the next instance waits for the others alone. It returns the owners
+// whose records it left.
+func (s *Server) closeRecords() map[string]bool {
 	s.recordMu.Lock()
 	defer s.recordMu.Unlock()
 	t := s.state
@@ -212,13 +223,18 @@ func (s *Server) closeRecords() {
 		put[cl.key] = encodeClientRecord(clientRecord{principal: cl.principal, renewed: cl.lastRenew})
 	}
 	t.mu.Unlock()
-	if err := s.fs.Meta().ChangeClientRecords(context.Background(), put, del); err != nil {
+	if err := s.fs.Meta().ChangeClientRecords(context.Background(), s.identity, put, del); err != nil {
 		s.log.Error("updating NFS client records in stable storage at the stop", "err", err)
-		return
+		return nil
 	}
+	kept := map[string]bool{}
 	if len(holding) > 0 {
 		slices.Sort(holding)
 		s.log.Info("NFS clients that hold state may reclaim it from the next server on this file system",
 			"clients", fmt.Sprintf("%q", holding))
+		for _, k := range holding {
+			kept[k] = true
+		}
 	}
+	return kept
 }

@@ -31,8 +31,20 @@ type Options struct {
 	// AccessPoints are served as SERVER:/NAME; with any, SERVER:/ is a
 	// pseudo-root that lists only them (accesspoint.go).
 	AccessPoints []accesspoint.AccessPoint
-	// LeaseTime is the lease a client must renew (default 90s).
+	// LeaseTime is the lease a client must renew (default 90s; with a
+	// Registry, half its lease time, and at most three quarters of it:
+	// identity.go).
 	LeaseTime time.Duration
+	// Identity is this NFS server's identity among the servers of its
+	// file system: the same at every start, and no other server's
+	// (engine.NFSIdentity). Zero is allowed only on a file system
+	// served by this server alone (identity.go).
+	Identity uint64
+	// Registry, on a file system shared with other servers, tells which
+	// NFS servers run; with it, the client records of one gone for
+	// ForgetAfter (default DefaultForgetAfter) are deleted (identity.go).
+	Registry    Registry
+	ForgetAfter time.Duration
 	// TLS, if set, lets clients start RPC-with-TLS (tls.go;
 	// ServerTLSConfig makes one). TLSRequired refuses every call of a
 	// client that has not.
@@ -78,6 +90,9 @@ type Server struct {
 	// boot prefixes client ids and stateids of this instance.
 	boot uint32
 
+	// identity is Options.Identity (identity.go).
+	identity uint64
+
 	state   *stateTable
 	cookies *cookieCache
 	drc     *drc // 4.0 duplicate request cache (drc.go)
@@ -99,6 +114,11 @@ type Server struct {
 	conns     map[*conn]struct{}
 	stop      chan struct{}
 	reaperWG  sync.WaitGroup
+
+	// nextForget and goneSince are forgetGoneServers', used by the
+	// reaper alone.
+	nextForget time.Time
+	goneSince  map[uint64]time.Time
 }
 
 // New returns a server for fs. Filehandles carry the file system's id
@@ -109,6 +129,9 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if err := checkIdentity(&opts, fs.Shared()); err != nil {
+		return nil, fmt.Errorf("nfs server: %w", err)
+	}
 	if opts.LeaseTime <= 0 {
 		opts.LeaseTime = defaultLease
 	}
@@ -118,8 +141,9 @@ func New(ctx context.Context, fs *vfs.FS, opts Options) (*Server, error) {
 	}
 	fsid := fs.Meta().Fsid()
 	s := &Server{fs: fs, fsid: fsid, fsidHash: fsidHash(fsid), fhKey: key, opts: opts,
-		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime,
-		cookies: newCookieCache(cookieCacheCap), drc: newDRC(),
+		log: opts.Logger.With("frontend", "nfs4"), lease: opts.LeaseTime, identity: opts.Identity,
+		goneSince: map[uint64]time.Time{},
+		cookies:   newCookieCache(cookieCacheCap), drc: newDRC(),
 		inflight:  make(chan struct{}, serverInflight),
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		stop: make(chan struct{})}
@@ -246,12 +270,21 @@ func (s *Server) Close() error {
 	close(s.stop)
 	s.reaperWG.Wait()
 	// The records of the clients that hold state stay in stable storage:
-	// to them this is a restart, after which they reclaim (grace.go).
-	s.closeRecords()
+	// to them this is a restart, after which they reclaim (grace.go). On
+	// a file system shared with other servers their locks stay too: the
+	// store keeps them for the other servers until this server is known
+	// dead (the engine leaves its registry record to run out), so that
+	// nobody else takes a lock its holder is about to reclaim. Their
+	// opens and share reservations are released.
+	kept := s.closeRecords()
 	for _, cl := range s.state.allClients() {
 		s.state.mu.Lock()
 		opens := s.state.removeClient(cl)
 		s.state.mu.Unlock()
+		if s.fs.Shared() && kept[cl.key] {
+			s.releaseOpens(opens)
+			continue
+		}
 		s.releaseClient(cl.id, opens)
 	}
 	return nil

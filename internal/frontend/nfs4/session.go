@@ -26,11 +26,6 @@ type slot struct {
 	reply []byte // nil: not cached
 }
 
-const (
-	serverOwner = "bucketfs"
-	serverScope = "bucketfs"
-)
-
 // exchangeID registers a 4.1 client (RFC 8881 18.35), non-pNFS.
 func (q *request) exchangeID(a *nfsv4.ExchangeId4args) nfsv4.ExchangeId4res {
 	fail := func(st nfsv4.Nfsstat4) nfsv4.ExchangeId4res { return &nfsv4.ExchangeId4res_default{EirStatus: st} }
@@ -118,8 +113,8 @@ func (q *request) exchangeIDLocked(a *nfsv4.ExchangeId4args, key string) (nfsv4.
 		EirSequenceid:   cl.csSeq,
 		EirFlags:        flags,
 		EirStateProtect: &nfsv4.StateProtect4R_SP4_NONE{},
-		EirServerOwner:  nfsv4.ServerOwner4{SoMinorId: 0, SoMajorId: []byte(serverOwner)},
-		EirServerScope:  []byte(serverScope),
+		EirServerOwner:  nfsv4.ServerOwner4{SoMinorId: 0, SoMajorId: q.s.serverOwner()},
+		EirServerScope:  q.s.serverScope(),
 		EirServerImplId: []nfsv4.NfsImplId4{{NiiDomain: "bucketfs", NiiName: "bucketfs nfs4"}},
 	}}, replaced
 }

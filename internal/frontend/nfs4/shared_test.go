@@ -42,7 +42,7 @@ func sharedServers(t *testing.T) (a, b *env) {
 		if _, err := fs.SetAttr(ctx, vfs.Root, meta.RootIno, vfs.SetAttrIn{Valid: vfs.SetMode, Mode: 0o777}); err != nil {
 			t.Fatal(err)
 		}
-		srv, err := New(ctx, fs, Options{Logger: quietLogger})
+		srv, err := New(ctx, fs, Options{Logger: quietLogger, Identity: id})
 		if err != nil {
 			t.Fatal(err)
 		}

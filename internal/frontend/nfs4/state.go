@@ -366,6 +366,7 @@ func (s *Server) reap() {
 			s.pruneRecords()
 			s.keepRecords()
 			s.forgetGone(now)
+			s.forgetGoneServers(context.Background(), now)
 		}
 	}
 }
