@@ -58,6 +58,7 @@ type bench struct {
 	pg      *pgtest.Server
 	dbURL   string
 	sides   []*server // the two servers of the short workloads: PostgreSQL, Pebble
+	opened  []*server // every server opened
 	results results
 }
 
@@ -155,6 +156,14 @@ func (b *bench) setup() (err error) {
 		return err
 	}
 	b.Defer(func() { b.LogErr("close store", b.store.Close()) })
+	// A bucket client's dial that finished after its request went out on
+	// another connection leaves an idle connection, which the store's
+	// shutdown waits 10 s for: drop them once every server has closed.
+	b.Defer(func() {
+		for _, s := range b.opened {
+			s.eng().Bucket.Close()
+		}
+	})
 	if b.pg, err = pgtest.Launch(); err != nil {
 		return err
 	}
@@ -192,11 +201,8 @@ func (b *bench) open(side, name, prefix, schema, stateDir string) (*server, erro
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
-	// The bucket client's dials that finished after their request went
-	// out on another connection leave idle connections, which the
-	// store's shutdown waits 10 s for: close them again at the end.
-	b.Defer(in.Eng.Bucket.Close)
 	s := &server{side: side, name: name, in: in}
+	b.opened = append(b.opened, s)
 	if schema != "" {
 		s.ps = in.Eng.KV.(*postgres.Store)
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -258,6 +259,27 @@ func (b *bench) pgSize(s *server, rSize, rCompact *row) error {
 		Scan(&rows, &keyBytes, &valueBytes); err != nil {
 		return err
 	}
+	// Where the bytes go: the rows by their key's first byte (package
+	// meta's key layout: i inode, d directory entry, l link record, k
+	// object key, C change record ...).
+	kinds, err := conn.Query(ctx, "SELECT chr(get_byte(k, 0)), count(*), sum(octet_length(k))::bigint, sum(octet_length(v))::bigint FROM "+
+		scaleSchema+".kv WHERE octet_length(k) > 0 GROUP BY 1 ORDER BY 4 DESC, 2 DESC LIMIT 8")
+	if err != nil {
+		return err
+	}
+	var split []string
+	for kinds.Next() {
+		var kind string
+		var count, kb, vb int64
+		if err := kinds.Scan(&kind, &count, &kb, &vb); err != nil {
+			kinds.Close()
+			return err
+		}
+		split = append(split, fmt.Sprintf("%s: %d rows, %.0f B of key + %.0f B of value per file", kind, count, float64(kb)/float64(b.objects), float64(vb)/float64(b.objects)))
+	}
+	if kinds.Close(); kinds.Err() != nil {
+		return kinds.Err()
+	}
 	if _, err := conn.Exec(ctx, "VACUUM FULL "+scaleSchema+".kv"); err != nil {
 		return err
 	}
@@ -271,6 +293,7 @@ func (b *bench) pgSize(s *server, rSize, rCompact *row) error {
 	b.Note("scale, PostgreSQL: schema %s holds %s (table kv with its index and TOAST: %s), %.0f bytes per file; after VACUUM FULL of kv %s (kv %s), %.0f per file; kv has %d rows (%.2f per file) of %.0f bytes of key and %.0f of value per file",
 		scaleSchema, benchkit.MiB(schema), benchkit.MiB(kvBytes), float64(schema)/n, benchkit.MiB(schemaFull), benchkit.MiB(kvFull), float64(schemaFull)/n,
 		rows, float64(rows)/n, float64(keyBytes)/n, float64(valueBytes)/n)
+	b.Note("scale, PostgreSQL: the rows of kv by the first byte of their key (package meta's key layout), largest first: %s", strings.Join(split, "; "))
 	return nil
 }
 
