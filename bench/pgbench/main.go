@@ -58,7 +58,6 @@ type bench struct {
 	pg      *pgtest.Server
 	dbURL   string
 	sides   []*server // the two servers of the short workloads: PostgreSQL, Pebble
-	opened  []*server // every server opened
 	results results
 }
 
@@ -156,14 +155,6 @@ func (b *bench) setup() (err error) {
 		return err
 	}
 	b.Defer(func() { b.LogErr("close store", b.store.Close()) })
-	// A bucket client's dial that finished after its request went out on
-	// another connection leaves an idle connection, which the store's
-	// shutdown waits 10 s for: drop them once every server has closed.
-	b.Defer(func() {
-		for _, s := range b.opened {
-			s.eng().Bucket.Close()
-		}
-	})
 	if b.pg, err = pgtest.Launch(); err != nil {
 		return err
 	}
@@ -202,7 +193,6 @@ func (b *bench) open(side, name, prefix, schema, stateDir string) (*server, erro
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	s := &server{side: side, name: name, in: in}
-	b.opened = append(b.opened, s)
 	if schema != "" {
 		s.ps = in.Eng.KV.(*postgres.Store)
 	}

@@ -161,6 +161,12 @@ func (b *bench) report() error {
 			rows = append(rows, []string{r.Name, r.Unit, cell(r.value(sidePG)), cell(r.value(sidePebble)), ratioCell(r.speed(sidePG, sidePebble))})
 		}
 		benchkit.Table(md, "|---|---|--:|--:|--:|", []string{"metric", "unit", "PostgreSQL", "Pebble", "PG/Pebble speed"}, rows)
+		for _, r := range b.results.Scale {
+			if c := r.DB[sidePG]; c != nil {
+				b.Note("scale, PostgreSQL, %s: %s round trips, %s Updates, %s Views and %s retries per file", r.Name,
+					c.per(c.RoundTrips), c.per(c.Updates), c.per(c.Views), c.per(c.Retries))
+			}
+		}
 		fmt.Println()
 		md.WriteString("\n")
 	}
