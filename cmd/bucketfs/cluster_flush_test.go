@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"testing"
 	"time"
 )
@@ -18,15 +17,6 @@ const flushBound = 30 * time.Second
 // writes that come after it are the next export's. A flush that waited for
 // the export queue to be empty would wait as long as the writer writes.
 func TestClusterFlushReturnsWhileAFileIsWrittenOn(t *testing.T) {
-	if os.Getenv("BUCKETFS_KNOWN_BUGS") == "" {
-		// Flush now waits only for what was queued when it was asked
-		// (sync.Exporter.Flush), but on PostgreSQL the export of the
-		// growing file itself does not complete while it grows (its
-		// ExportedGen stays 0 for 30 s with the file at 100 MB): the
-		// export's reads of the file from the database are too slow or
-		// restart. Not understood yet; run with BUCKETFS_KNOWN_BUGS=1.
-		t.Skip("known bug: the export of a file written on without pause does not complete on PostgreSQL (BUCKETFS_KNOWN_BUGS=1 runs it)")
-	}
 	c := startCluster(t, clusterOptions{exportDelay: 100 * time.Millisecond})
 	ctx := context.Background()
 	a := &nfsFS{label: "nfs-a", c: c.nfsA().nfs}

@@ -63,6 +63,13 @@ type Exporter struct {
 	mu       gosync.Mutex
 	attempts map[meta.Ino]int // consecutive failures, for backoff
 	busy     map[meta.Ino]bool
+	// While flushes run (flushes > 0): when the snapshot of each inode's
+	// latest completed export was taken. A flush is done with an inode
+	// once one was taken after the flush was asked: neither Gen (names
+	// change without it) nor the queue (a file written on stays queued)
+	// says that of a file changed during its export (Flush).
+	flushes int
+	reached map[meta.Ino]time.Time
 
 	exported  atomic.Int64
 	bytes     atomic.Int64
@@ -305,6 +312,7 @@ func (e *Exporter) reconcile(ctx context.Context, q meta.Queued) error {
 func (e *Exporter) reconcileFor(ctx context.Context, q meta.Queued, fr *flushRun) error {
 	unlock := e.cfg.Locks.Lock(q.Ino)
 	defer unlock()
+	taken := time.Now() // the snapshot holds every change committed before
 	snap, err := e.meta.Snapshot(ctx)
 	if err != nil {
 		return err
@@ -323,10 +331,14 @@ func (e *Exporter) reconcileFor(ctx context.Context, q meta.Queued, fr *flushRun
 	// (its token). The kernel hands one write(2) over in several requests
 	// (a first piece up to a page boundary, then the rest), and a
 	// snapshot between them would upload a state the writer never asked
-	// for; such an inode is left queued for its new due time.
+	// for; such an inode is left queued for its new due time. A flush
+	// ignores the quiet period: it keeps the same rule by the pieces' own
+	// marks instead (fr.waitsFor, below), and does not wait for a quiet
+	// moment, which a file written on without pause never has (a flush
+	// through another server waited so for as long as the writer wrote).
 	if due, queued, err := snap.QueuedAt(q.Ino); err != nil {
 		return err
-	} else if queued && due != q.Due {
+	} else if queued && due != q.Due && fr == nil {
 		e.log.Debug("export deferred", "ino", q.Ino, "reason", "changed since the queue was read", "due_in", time.Until(time.Unix(0, due)).Round(time.Millisecond))
 		return nil
 	}
@@ -374,9 +386,24 @@ func (e *Exporter) reconcileFor(ctx context.Context, q meta.Queued, fr *flushRun
 		return err
 	}
 	if in.IsDir() {
-		return e.reconcileDir(ctx, q, &in, want)
+		err = e.reconcileDir(ctx, q, &in, want)
+	} else {
+		err = e.reconcileFile(ctx, q, snap, &in, want)
 	}
-	return e.reconcileFile(ctx, q, snap, &in, want)
+	if err == nil {
+		e.noteReached(in.Ino, taken)
+	}
+	return err
+}
+
+// noteReached records, while a flush runs, that the bucket holds ino as
+// a snapshot taken at taken showed it.
+func (e *Exporter) noteReached(ino meta.Ino, taken time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.flushes > 0 && taken.After(e.reached[ino]) {
+		e.reached[ino] = taken
+	}
 }
 
 func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.Snapshot, in *meta.Inode, want []string) (err error) {

@@ -10,23 +10,21 @@ import (
 	"bucketfs/internal/meta"
 )
 
-// Flush exports what is queued when it is called, ignoring the quiet
-// period, and returns once each of those inodes has been exported in a
-// state at least as new as the one it had then (or has nothing left for
-// the bucket), or an export failed. Writes after the call may queue an
-// inode again; Flush does not wait for those: a file written on without a
-// pause would otherwise keep it from ever returning (the three-server
-// test found `bucketfs flush` waiting until the writer stopped). A file in
-// the middle of a write in pieces is exported once that write has ended,
-// or once PieceWait has passed (flushRun).
+// Flush exports what is queued, ignoring the quiet period, and returns
+// once every queued inode has left the queue or been exported from a
+// snapshot taken after the call, or an export failed. So what was pending
+// when it was called is in the bucket when it returns, with what those
+// exports queued in turn (the children of a renamed directory); a file
+// written on without a pause stays queued, and is waited for only until
+// one export of it has begun after the call (the three-server test found
+// `bucketfs flush` waiting until the writer stopped). A file in the middle of a write in
+// pieces is exported once that write has ended, or once PieceWait has
+// passed (flushRun).
 func (e *Exporter) Flush(ctx context.Context) error {
 	fr := e.newFlushRun()
 	defer fr.end()
-	far := time.Now().Add(100 * 365 * 24 * time.Hour)
-	asked, err := e.queuedNow(ctx, far)
-	if err != nil {
-		return err
-	}
+	asked := time.Now()
+	far := asked.Add(100 * 365 * 24 * time.Hour)
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -56,28 +54,6 @@ func (e *Exporter) Flush(ctx context.Context) error {
 	}
 }
 
-// queuedNow returns the inodes queued now, each with its generation: the
-// state a Flush asked now must see exported.
-func (e *Exporter) queuedNow(ctx context.Context, far time.Time) (map[meta.Ino]uint64, error) {
-	queued, err := e.meta.Due(ctx, far, 1<<30)
-	if err != nil {
-		return nil, err
-	}
-	inos := make([]meta.Ino, len(queued))
-	for i, q := range queued {
-		inos[i] = q.Ino
-	}
-	ins, err := e.meta.GetMany(ctx, inos)
-	if err != nil {
-		return nil, err
-	}
-	gens := make(map[meta.Ino]uint64, len(ins))
-	for _, in := range ins {
-		gens[in.Ino] = in.Gen
-	}
-	return gens, nil
-}
-
 // pause waits d, or until ctx is done.
 func pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -90,42 +66,26 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// pending counts the queued inodes of asked (inode -> generation) that
-// still have work for the bucket: not yet exported at that generation.
-// An unlinked file held open whose objects are deleted stays queued only
-// to be reclaimed after its last close: Flush does not wait for that,
-// unless an export of it is under way (its upload not recorded yet).
-func (e *Exporter) pending(ctx context.Context, far time.Time, asked map[meta.Ino]uint64) (n int, err error) {
+// pending counts the queued inodes that still have work for a flush asked
+// at asked: those of which no export from a snapshot taken after asked has
+// completed. An unlinked file held open whose objects are deleted stays
+// queued only to be reclaimed after its last close: Flush does not wait
+// for that, unless an export of it is under way (its upload not recorded
+// yet).
+func (e *Exporter) pending(ctx context.Context, far time.Time, asked time.Time) (n int, err error) {
 	queued, err := e.meta.Due(ctx, far, 1<<30)
 	if err != nil {
 		return 0, err
 	}
-	var inos []meta.Ino
 	for _, q := range queued {
-		if _, ok := asked[q.Ino]; ok {
-			inos = append(inos, q.Ino)
-		}
-	}
-	ins, err := e.meta.GetMany(ctx, inos)
-	if err != nil {
-		return 0, err
-	}
-	read := make(map[meta.Ino]*meta.Inode, len(ins))
-	for i := range ins {
-		read[ins[i].Ino] = &ins[i]
-	}
-	for _, ino := range inos {
 		e.mu.Lock()
-		busy := e.busy[ino]
+		busy, reached := e.busy[q.Ino], e.reached[q.Ino]
 		e.mu.Unlock()
-		in := read[ino]
-		if in == nil && !busy {
-			continue // forgotten since
+		if !busy && reached.After(asked) {
+			continue
 		}
-		if in != nil && in.ExportedGen >= asked[ino] && !busy {
-			continue // exported at least as new a state as the one asked for
-		}
-		if !busy && in != nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(ino) {
+		in, err := e.meta.Get(ctx, q.Ino)
+		if !busy && err == nil && in.Nlink == 0 && len(in.Keys) == 0 && e.cfg.IsOpen(q.Ino) {
 			continue
 		}
 		n++
@@ -228,6 +188,12 @@ type pieceWait struct {
 }
 
 func (e *Exporter) newFlushRun() *flushRun {
+	e.mu.Lock()
+	if e.flushes == 0 {
+		e.reached = map[meta.Ino]time.Time{}
+	}
+	e.flushes++
+	e.mu.Unlock()
 	return &flushRun{e: e, waits: map[meta.Ino]*pieceWait{}}
 }
 
@@ -290,9 +256,15 @@ func (f *flushRun) waiting(ino meta.Ino) bool {
 // or cancelled).
 func (f *flushRun) end() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for ino, w := range f.waits {
 		w.release()
 		delete(f.waits, ino)
 	}
+	f.mu.Unlock()
+	e := f.e
+	e.mu.Lock()
+	if e.flushes--; e.flushes == 0 {
+		e.reached = nil
+	}
+	e.mu.Unlock()
 }
