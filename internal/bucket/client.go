@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -105,18 +106,67 @@ type Client struct {
 	// DeleteObject (ProbeConditionalWrites finds out).
 	conditionalDeletes atomic.Bool
 
-	transportMu sync.Mutex
-	transports  []*http.Transport // built for this client, closed by Close
+	conns conns // every connection the client's transports made, for Close
 }
 
-// Close drops the client's idle connections. Some servers (versitygw's
-// fasthttp) wait on shutdown for connections that never carried a request.
-func (c *Client) Close() {
-	c.transportMu.Lock()
-	defer c.transportMu.Unlock()
-	for _, tr := range c.transports {
-		tr.CloseIdleConnections()
+// Close closes the client's connections. Some servers (versitygw's
+// fasthttp) wait on shutdown for connections that never carried a request
+// or sit idle. Call it once no request is under way.
+func (c *Client) Close() { c.conns.closeAll() }
+
+// conns tracks the connections a client's transports dial. The transport
+// the client configures is not the one that dials: the SDK clones it
+// (awshttp.BuildableClient), so closing the idle connections of the one
+// configured closed nothing. The dial function, which clones share, sees
+// every connection.
+type conns struct {
+	mu   sync.Mutex
+	open map[*trackedConn]struct{}
+}
+
+// dial wraps a transport's dial function so that its connections are
+// tracked.
+func (cs *conns) dial(inner func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := inner(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: conn, cs: cs}
+		cs.mu.Lock()
+		if cs.open == nil {
+			cs.open = map[*trackedConn]struct{}{}
+		}
+		cs.open[tc] = struct{}{}
+		cs.mu.Unlock()
+		return tc, nil
 	}
+}
+
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	open := cs.open
+	cs.open = nil
+	cs.mu.Unlock()
+	for tc := range open {
+		tc.Conn.Close()
+	}
+}
+
+// trackedConn leaves its conns when closed.
+type trackedConn struct {
+	net.Conn
+	cs   *conns
+	once sync.Once
+}
+
+func (tc *trackedConn) Close() error {
+	tc.once.Do(func() {
+		tc.cs.mu.Lock()
+		delete(tc.cs.open, tc)
+		tc.cs.mu.Unlock()
+	})
+	return tc.Conn.Close()
 }
 
 // New makes a Client. It does not contact the store; use CheckVersioning
@@ -152,9 +202,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConns = 4 * maxIdleConnsPerHost
 		tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
-		c.transportMu.Lock()
-		c.transports = append(c.transports, tr)
-		c.transportMu.Unlock()
+		dial := tr.DialContext
+		if dial == nil {
+			dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
+		tr.DialContext = c.conns.dial(dial)
 	})
 
 	opts := []func(*config.LoadOptions) error{
