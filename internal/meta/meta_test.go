@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"bucketfs/internal/kv"
 	"bucketfs/internal/kv/kvreplay"
 	"bucketfs/internal/kv/testkv"
+	"bucketfs/internal/tier"
 )
 
 func openStoreB(b *testing.B) *Store {
@@ -767,4 +769,102 @@ func TestPendingBytesSumsTheQueuedDataChangesUpToABound(t *testing.T) {
 	if _, partial, err := s.PendingBytes(ctx, 2); err != nil || !partial {
 		t.Fatalf("PendingBytes over 2 of the queue: partial %v, %v; want partial", partial, err)
 	}
+}
+
+// The blocks of a deleted file are dropped in transactions of at most
+// dropBatch blocks, each leaving the file's Cached and Unexported, and the
+// tier's usage counters, equal to what its blocks hold; at the end none is
+// left and the counters are back where they were before the file.
+func TestAReclaimedFilesBlocksAreDroppedInBoundedTransactions(t *testing.T) {
+	old := dropBatch
+	dropBatch = 7
+	t.Cleanup(func() { dropBatch = old })
+	for _, how := range []string{"reclaim", "forget"} {
+		t.Run(how, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			ctx := context.Background()
+			before, err := s.Usage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := mustCreate(t, s, RootIno, "big", syscall.S_IFREG|0o644)
+			const blocks = 50
+			data := bytes.Repeat([]byte("data of a big file, "), blocks*tier.BlockSize/20) // not zeros: a zero block holds nothing
+			if _, err := s.WriteData(ctx, in.Ino, data, 0, false, 1, Limits{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.EndWrite(ctx, in.Ino); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Remove(ctx, RootIno, "big", false, nil); err != nil {
+				t.Fatal(err)
+			}
+			var most int
+			s.kv = countDeletes{Store: s.kv, most: &most}
+			if how == "reclaim" {
+				err = s.ReclaimData(ctx, in.Ino)
+			} else {
+				err = s.Forget(ctx, in.Ino)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if most > dropBatch+8 { // a batch, and the few records the last transaction deletes
+				t.Errorf("a transaction deleted %d keys; the batch is %d blocks", most, dropBatch)
+			}
+			left := 0
+			s.kv.View(ctx, func(r kv.Reader) error {
+				p := kv.AppendUint64([]byte{'b'}, uint64(in.Ino))
+				return r.Scan(p, kv.PrefixEnd(p), func(k, v []byte) bool { left++; return true })
+			})
+			if left != 0 {
+				t.Errorf("%d blocks left", left)
+			}
+			if after, err := s.Usage(ctx); err != nil || after != before {
+				t.Errorf("usage %+v after, %+v before the file (%v)", after, before, err)
+			}
+			if how == "reclaim" {
+				got, err := s.Get(ctx, in.Ino)
+				if err != nil || got.Cached != 0 || got.Unexported != 0 {
+					t.Errorf("the reclaimed file holds %d (%d unexported), %v", got.Cached, got.Unexported, err)
+				}
+			}
+		})
+	}
+}
+
+// countDeletes records the most keys one Update of the store deletes.
+type countDeletes struct {
+	kv.Store
+	most *int
+}
+
+func (c countDeletes) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
+	return c.UpdateSized(ctx, 0, fn)
+}
+
+func (c countDeletes) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
+	return c.Store.UpdateSized(ctx, size, func(tx kv.Txn) error {
+		ct := &deleteCountingTxn{Txn: tx}
+		err := fn(ct)
+		if err == nil && ct.n > *c.most {
+			*c.most = ct.n
+		}
+		return err
+	})
+}
+
+type deleteCountingTxn struct {
+	kv.Txn
+	n int
+}
+
+func (t *deleteCountingTxn) Delete(k []byte) error { t.n++; return t.Txn.Delete(k) }
+
+// DeleteRange counts the keys it deletes.
+func (t *deleteCountingTxn) DeleteRange(lower, upper []byte) error {
+	if err := t.Txn.Scan(lower, upper, func(k, v []byte) bool { t.n++; return true }); err != nil {
+		return err
+	}
+	return t.Txn.DeleteRange(lower, upper)
 }

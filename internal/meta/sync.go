@@ -250,6 +250,9 @@ func withKey(keys []Object, o Object) []Object {
 // Forget deletes an inode that has no names left: its record, attributes,
 // data and queue entry. It refuses (EBUSY) an inode that gained a name again.
 func (s *Store) Forget(ctx context.Context, ino Ino) error {
+	if err := s.dropBlocksFirst(ctx, ino); err != nil {
+		return err
+	}
 	return s.kv.Update(ctx, func(tx kv.Txn) error {
 		in, err := s.getInode(tx, ino)
 		if errors.Is(err, syscall.ENOENT) {

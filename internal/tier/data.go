@@ -242,6 +242,50 @@ func Clone(tx kv.Txn, from, to uint64) error {
 }
 
 // Drop deletes every block of ino.
+// DropSome deletes up to max of ino's blocks, the first in order, and
+// returns what they held as st counts it (negative), and whether blocks
+// are left. A file of many blocks is dropped so in several transactions
+// (Drop is one, as long as the file).
+func DropSome(tx kv.Txn, ino uint64, st Stamp, max int) (delta Bytes, more bool, err error) {
+	p := blockPrefix(ino)
+	var gone [][]byte
+	var scanErr error
+	err = tx.Scan(p, kv.PrefixEnd(p), func(k, v []byte) bool {
+		if len(gone) == max {
+			more = true
+			return false
+		}
+		idx := blockIndex(k)
+		stamp, err := stampOf(v)
+		if err != nil {
+			scanErr = blockErr("drop", ino, idx, err)
+			return false
+		}
+		n, err := cost(v)
+		if err != nil {
+			scanErr = blockErr("drop", ino, idx, err)
+			return false
+		}
+		b := st.bytesOf(n, stamp)
+		delta.Cached -= b.Cached
+		delta.Dirty -= b.Dirty
+		gone = append(gone, append([]byte(nil), k...))
+		return true
+	})
+	if err == nil {
+		err = scanErr
+	}
+	if err != nil {
+		return Bytes{}, false, err
+	}
+	for _, k := range gone {
+		if err := tx.Delete(k); err != nil {
+			return Bytes{}, false, err
+		}
+	}
+	return delta, more, nil
+}
+
 func Drop(tx kv.Txn, ino uint64) error {
 	p := blockPrefix(ino)
 	return tx.DeleteRange(p, kv.PrefixEnd(p))
