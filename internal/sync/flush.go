@@ -16,10 +16,10 @@ import (
 // when it was called is in the bucket when it returns, with what those
 // exports queued in turn (the children of a renamed directory); a file
 // written on without a pause stays queued, and is waited for only until
-// one export of it has begun after the call (the three-server test found
-// `bucketfs flush` waiting until the writer stopped). A file in the middle of a write in
-// pieces is exported once that write has ended, or once PieceWait has
-// passed (flushRun).
+// an export of it from a snapshot taken after the call has completed
+// (the three-server test found `bucketfs flush` waiting until the writer
+// stopped). A file in the middle of a write in pieces is exported once
+// that write has ended, or once PieceWait has passed (flushRun).
 func (e *Exporter) Flush(ctx context.Context) error {
 	fr := e.newFlushRun()
 	defer fr.end()

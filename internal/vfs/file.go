@@ -154,6 +154,14 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 		in, err = fs.meta.Get(ctx, in.Ino)
 		return in, h, err
 	}
+	// taken opens the file a create found at the name (EEXIST).
+	taken := func() (Attr, *Handle, error) {
+		in, err := fs.meta.Lookup(ctx, parent, name)
+		if err != nil {
+			return Attr{}, nil, err
+		}
+		return openExisting(in)
+	}
 	// A directory whose names the namespace knows fully, and where c may
 	// create, goes straight to the create transaction, which finds an
 	// existing name itself (EEXIST, opened below). Otherwise the name is
@@ -169,10 +177,7 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 	tmpl := meta.Inode{Mode: syscall.S_IFREG | mode&0o7777}
 	if in, epoch, err := fs.createFast(ctx, c, parent, name, tmpl, flags); !errors.Is(err, errSlowPath) {
 		if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
-			if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
-				return Attr{}, nil, err
-			}
-			return openExisting(in)
+			return taken()
 		}
 		if err != nil {
 			return Attr{}, nil, err
@@ -203,10 +208,7 @@ func (fs *FS) create1(ctx context.Context, c Cred, parent Ino, name string, mode
 		in, err = fs.create(ctx, c, parent, name, tmpl)
 	}
 	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
-		if in, err = fs.meta.Lookup(ctx, parent, name); err != nil {
-			return Attr{}, nil, err
-		}
-		return openExisting(in)
+		return taken()
 	}
 	if err != nil {
 		return Attr{}, nil, err
