@@ -33,6 +33,17 @@ type Reader interface {
 	// Inside an Update, Scan sees the transaction's writes made before Scan
 	// was called, but not those fn makes while the scan runs.
 	Scan(lower, upper []byte, fn func(k, v []byte) bool) error
+
+	// Prefetch says that keys are about to be read with Get. A store whose
+	// reads cross a network (PostgreSQL) reads them all now, in one request,
+	// and answers their Gets from what it read; a store whose reads are
+	// local (Pebble) does nothing. It never changes what a Get returns: the
+	// values are those of the Reader's state, merged in a Txn with its own
+	// writes at the time of the Get. A key prefetched and never read may
+	// still count as read (for a serializable store's conflict checks), so
+	// callers prefetch only keys they will read. The error is a failed read,
+	// as Get's would be.
+	Prefetch(keys ...[]byte) error
 }
 
 // Txn is a read-write transaction. Its reads see its own writes.

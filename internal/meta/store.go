@@ -414,6 +414,19 @@ func (s *Store) putInode(tx kv.Txn, in *Inode) error {
 	return tx.Set(inodeKey(in.Ino), in.encode(nil))
 }
 
+// putNewInode is putInode for an inode whose number nothing held (a new
+// one: allocIno and inos.take give out numbers no record has, see
+// counters.go): its usage is added to the counters whole, with no read
+// of an earlier record.
+func (s *Store) putNewInode(tx kv.Txn, in *Inode) error {
+	if in.IsRegular() {
+		if err := s.addUsage(tx, in.Ino, usageOf(in)); err != nil {
+			return err
+		}
+	}
+	return tx.Set(inodeKey(in.Ino), in.encode(nil))
+}
+
 // getEntry returns the child named name in parent.
 func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
 	v, err := r.Get(entryKey(parent, name))

@@ -179,6 +179,13 @@ func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	return fs.meta.Get(ctx, ino)
 }
 
+// GetAttrMany returns the attributes of those of inos that exist, read
+// together (one round trip on PostgreSQL): a listing with attributes.
+func (fs *FS) GetAttrMany(ctx context.Context, inos []Ino) ([]Attr, error) {
+	fs.counters.metaOps.Add(1)
+	return fs.meta.GetMany(ctx, inos)
+}
+
 // Lookup finds name in directory parent, importing the directory's listing
 // from the bucket on first access.
 func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {

@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"context"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -79,6 +80,10 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		}
 		off++
 	}
+	// The attributes of READDIRPLUS are read a batch of entries at a
+	// time, for this call only: what it answers is as fresh as a LOOKUP.
+	var attrs map[vfs.Ino]vfs.Attr
+	attrsEnd := 0 // entries before it are in attrs, if they exist
 	for {
 		i := int(off - 2)
 		if i >= len(d.entries) {
@@ -100,8 +105,15 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		ent := d.entries[i]
 		e := fuse.DirEntry{Name: ent.Name, Mode: ent.Type, Ino: uint64(ent.Ino), Off: off + 1}
 		if plus {
-			a, err := s.fs.GetAttr(ctx, ent.Ino)
-			if err != nil {
+			if i >= attrsEnd {
+				var err error
+				if attrs, err = s.attrsFrom(ctx, d.entries[i:]); err != nil {
+					return status(err)
+				}
+				attrsEnd = min(i+plusBatch, len(d.entries))
+			}
+			a, ok := attrs[ent.Ino]
+			if !ok {
 				off++ // removed meanwhile
 				continue
 			}
@@ -116,4 +128,27 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		}
 		off++
 	}
+}
+
+// plusBatch is how many entries' attributes READDIRPLUS reads at once:
+// about what one reply of the kernel's buffer holds.
+const plusBatch = 64
+
+// attrsFrom reads the attributes of the first plusBatch of entries, by
+// inode number; an inode removed meanwhile is missing.
+func (s *server) attrsFrom(ctx context.Context, entries []vfs.DirEntry) (map[vfs.Ino]vfs.Attr, error) {
+	entries = entries[:min(len(entries), plusBatch)]
+	inos := make([]vfs.Ino, len(entries))
+	for i, e := range entries {
+		inos[i] = e.Ino
+	}
+	got, err := s.fs.GetAttrMany(ctx, inos)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[vfs.Ino]vfs.Attr, len(got))
+	for _, a := range got {
+		out[a.Ino] = a
+	}
+	return out, nil
 }

@@ -34,6 +34,7 @@ var Behaviors = []struct {
 	{"ConcurrentUpdatesAreSerializable", testConcurrentCounter},
 	{"ConcurrentUpdatesNeverWriteSkew", testNoWriteSkew},
 	{"RandomUpdatesMatchAModel", testRandomUpdatesMatchAModel},
+	{"PrefetchChangesNoAnswer", testPrefetch},
 	{"UpdateAndViewRefuseACancelledContext", testCancelledContext},
 }
 
@@ -405,5 +406,64 @@ func testCancelledContext(t *testing.T, s kv.Store) {
 	}
 	if err := s.View(cancelled, func(r kv.Reader) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
 		t.Errorf("View(cancelled) = %v, ran=%v", err, ran)
+	}
+}
+
+// Prefetch reads ahead and changes no answer: a View's Gets after it see
+// its one state (not an Update committed in between), a missing key stays
+// missing, a returned value is a copy; in an Update, writes and deletes
+// made after the Prefetch win over what it read.
+func testPrefetch(t *testing.T, s kv.Store) {
+	Set(t, s, "a", "1", "b", "2", "c", "3")
+	ctx := context.Background()
+	err := s.View(ctx, func(r kv.Reader) error {
+		if err := r.Prefetch([]byte("a"), []byte("b"), []byte("zz"), []byte("a")); err != nil {
+			return err
+		}
+		Set(t, s, "a", "changed", "zz", "new")
+		v, err := r.Get([]byte("a"))
+		if err != nil || string(v) != "1" {
+			t.Errorf("Get(a) after Prefetch = %q, %v; want 1 (the View's state)", v, err)
+		}
+		v[0] = 'x'
+		if got := Get(t, r, "a"); got != "1" {
+			t.Errorf("Get(a) again = %q: the first Get did not return a copy", got)
+		}
+		if got := Get(t, r, "zz"); got != "<none>" {
+			t.Errorf("Get(zz) = %q, want none (missing in the View's state)", got)
+		}
+		if got := Get(t, r, "c"); got != "3" {
+			t.Errorf("Get(c) (not prefetched) = %q, want 3", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.Set([]byte("b"), []byte("mine")); err != nil {
+			return err
+		}
+		if err := tx.Prefetch([]byte("a"), []byte("b"), []byte("c"), []byte("q")); err != nil {
+			return err
+		}
+		if err := tx.Delete([]byte("a")); err != nil {
+			return err
+		}
+		if err := tx.DeleteRange([]byte("c"), []byte("d")); err != nil {
+			return err
+		}
+		if err := tx.Set([]byte("q"), []byte("set later")); err != nil {
+			return err
+		}
+		for k, want := range map[string]string{"a": "<none>", "b": "mine", "c": "<none>", "q": "set later", "zz": "new"} {
+			if got := Get(t, tx, k); got != want {
+				t.Errorf("in the Update, Get(%s) after Prefetch = %q, want %q", k, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -54,6 +54,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bo
 		// Connecting failed (the server restarting, say): nothing ran.
 		return ctx.Err() == nil, fmt.Errorf("%s: update: %w", s.name, err)
 	}
+	r.remember = true
 	t := &txn{reader: *r, writes: map[string]write{}}
 	committed := false
 	defer func() {
@@ -150,6 +151,22 @@ func (t *txn) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%s: get: %w", t.s.name, err)
 	}
 	return v, err
+}
+
+// Prefetch reads ahead the keys whose Get would reach the database: not
+// those the transaction wrote or deleted.
+func (t *txn) Prefetch(keys ...[]byte) error {
+	ask := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := t.writes[string(k)]; !ok && !t.deletedByRange(k) {
+			ask = append(ask, k)
+		}
+	}
+	if err := t.prefetch(ask); err != nil {
+		t.failed(err)
+		return fmt.Errorf("%s: get: %w", t.s.name, err)
+	}
+	return nil
 }
 
 // Scan merges the writes buffered when it starts over the committed rows:
