@@ -44,6 +44,21 @@ type Reader interface {
 	// callers prefetch only keys they will read. The error is a failed read,
 	// as Get's would be.
 	Prefetch(keys ...[]byte) error
+
+	// PrefetchRef is Prefetch of ref, of keys, and of the key ref's value
+	// names: prefix followed by the first n bytes of that value (none when
+	// ref has no value or a shorter one). An index entry and the record it
+	// points to are read in one request.
+	PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error
+}
+
+// RefKey is the key that value names for PrefetchRef(ref, prefix, n):
+// prefix followed by value[:n], or nil when value is shorter than n.
+func RefKey(prefix []byte, n int, value []byte) []byte {
+	if len(value) < n {
+		return nil
+	}
+	return append(append(make([]byte, 0, len(prefix)+n), prefix...), value[:n]...)
 }
 
 // Txn is a read-write transaction. Its reads see its own writes.

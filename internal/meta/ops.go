@@ -77,7 +77,7 @@ func (s *Store) GetMany(ctx context.Context, inos []Ino) (out []Inode, err error
 // child is err (ENOENT) with dir read.
 func (s *Store) LookupIn(ctx context.Context, parent Ino, name string) (dir, in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
-		if err := r.Prefetch(inodeKey(parent), entryKey(parent, name)); err != nil {
+		if err := prefetchEntry(r, parent, name, inodeKey(parent)); err != nil {
 			return err
 		}
 		if dir, err = s.getInode(r, parent); err != nil {
@@ -99,6 +99,9 @@ func (s *Store) LookupIn(ctx context.Context, parent Ino, name string) (dir, in 
 // Lookup returns the child named name in directory parent.
 func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if err := prefetchEntry(r, parent, name); err != nil {
+			return err
+		}
 		ino, err := getEntry(r, parent, name)
 		if err != nil {
 			return err
@@ -110,6 +113,13 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, 
 		return Inode{}, fmt.Errorf("lookup %q in %d: %w", name, parent, err)
 	}
 	return in, nil
+}
+
+// prefetchEntry reads ahead the entry name of parent, the inode it names
+// (an entry's value begins with the inode's number) and keys, in one
+// round trip on PostgreSQL.
+func prefetchEntry(r kv.Reader, parent Ino, name string, keys ...[]byte) error {
+	return r.PrefetchRef(entryKey(parent, name), []byte{pInode}, 8, keys...)
 }
 
 // Check is called inside a transaction with the current state of the

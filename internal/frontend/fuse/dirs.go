@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"context"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -107,10 +106,10 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		if plus {
 			if i >= attrsEnd {
 				var err error
-				if attrs, err = s.attrsFrom(ctx, d.entries[i:]); err != nil {
+				attrsEnd = min(i+plusBatch, len(d.entries))
+				if attrs, err = s.fs.AttrsOf(ctx, d.entries[i:attrsEnd]); err != nil {
 					return status(err)
 				}
-				attrsEnd = min(i+plusBatch, len(d.entries))
 			}
 			a, ok := attrs[ent.Ino]
 			if !ok {
@@ -133,22 +132,3 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 // plusBatch is how many entries' attributes READDIRPLUS reads at once:
 // about what one reply of the kernel's buffer holds.
 const plusBatch = 64
-
-// attrsFrom reads the attributes of the first plusBatch of entries, by
-// inode number; an inode removed meanwhile is missing.
-func (s *server) attrsFrom(ctx context.Context, entries []vfs.DirEntry) (map[vfs.Ino]vfs.Attr, error) {
-	entries = entries[:min(len(entries), plusBatch)]
-	inos := make([]vfs.Ino, len(entries))
-	for i, e := range entries {
-		inos[i] = e.Ino
-	}
-	got, err := s.fs.GetAttrMany(ctx, inos)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[vfs.Ino]vfs.Attr, len(got))
-	for _, a := range got {
-		out[a.Ino] = a
-	}
-	return out, nil
-}

@@ -35,6 +35,7 @@ var Behaviors = []struct {
 	{"ConcurrentUpdatesNeverWriteSkew", testNoWriteSkew},
 	{"RandomUpdatesMatchAModel", testRandomUpdatesMatchAModel},
 	{"PrefetchChangesNoAnswer", testPrefetch},
+	{"PrefetchRefChangesNoAnswer", testPrefetchRef},
 	{"UpdateAndViewRefuseACancelledContext", testCancelledContext},
 }
 
@@ -461,6 +462,55 @@ func testPrefetch(t *testing.T, s kv.Store) {
 				t.Errorf("in the Update, Get(%s) after Prefetch = %q, want %q", k, got, want)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PrefetchRef reads an index entry and what it names and changes no
+// answer: the named key, a named key that is missing, a ref that is
+// missing or too short, and in an Update a ref rewritten before the call
+// (the key its new value names is what Gets then see).
+func testPrefetchRef(t *testing.T, s kv.Store) {
+	Set(t, s, "ix/a", "01xx", "ix/short", "0", "r/01", "one", "r/02", "two", "other", "o")
+	ctx := context.Background()
+	check := func(r kv.Reader, want map[string]string) {
+		t.Helper()
+		for k, w := range want {
+			if got := Get(t, r, k); got != w {
+				t.Errorf("Get(%q) after PrefetchRef = %q, want %q", k, got, w)
+			}
+		}
+	}
+	err := s.View(ctx, func(r kv.Reader) error {
+		for _, ref := range []string{"ix/a", "ix/short", "ix/none"} {
+			if err := r.PrefetchRef([]byte(ref), []byte("r/"), 2, []byte("other")); err != nil {
+				return err
+			}
+		}
+		Set(t, s, "r/01", "changed")
+		check(r, map[string]string{"ix/a": "01xx", "r/01": "one", "ix/short": "0", "ix/none": "<none>", "other": "o", "r/0": "<none>"})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.Set([]byte("ix/a"), []byte("02")); err != nil {
+			return err
+		}
+		if err := tx.PrefetchRef([]byte("ix/a"), []byte("r/"), 2); err != nil {
+			return err
+		}
+		if err := tx.PrefetchRef([]byte("ix/b"), []byte("r/"), 2); err != nil {
+			return err
+		}
+		if err := tx.Delete([]byte("r/02")); err != nil {
+			return err
+		}
+		check(tx, map[string]string{"ix/a": "02", "r/02": "<none>", "r/01": "changed", "ix/b": "<none>"})
 		return nil
 	})
 	if err != nil {

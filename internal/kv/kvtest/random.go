@@ -41,7 +41,7 @@ func testRandomUpdatesMatchAModel(t *testing.T, s kv.Store) {
 		err := s.Update(ctx, func(tx kv.Txn) error {
 			m = cloneModel(committed) // fn may run again
 			for op := range 12 {
-				switch rng.IntN(7) {
+				switch rng.IntN(8) {
 				case 0, 1:
 					k, v := key(), fmt.Sprint(round, ".", op)
 					tx.Set(k, []byte(v))
@@ -75,6 +75,13 @@ func testRandomUpdatesMatchAModel(t *testing.T, s kv.Store) {
 						ks = append(ks, key())
 					}
 					if err := tx.Prefetch(ks...); err != nil {
+						return err
+					}
+				case 7:
+					// A key whose value's first byte, after "a",
+					// names another ("a" + "1" of "1.3" and so on,
+					// missing mostly): read through it.
+					if err := tx.PrefetchRef(key(), []byte("a"), 1, key()); err != nil {
 						return err
 					}
 				case 5:

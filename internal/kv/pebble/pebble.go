@@ -303,6 +303,10 @@ func (r *snapshotReader) Close() error { return r.snap.Close() }
 func (r *snapshotReader) Prefetch(...[]byte) error { return nil }
 func (t *batchTxn) Prefetch(...[]byte) error       { return nil }
 
+func (r *snapshotReader) PrefetchRef([]byte, []byte, int, ...[]byte) error { return nil }
+func (t *batchTxn) PrefetchRef([]byte, []byte, int, ...[]byte) error       { return nil }
+func (r *viewReader) PrefetchRef([]byte, []byte, int, ...[]byte) error     { return r.Prefetch() }
+
 // Prefetch implements kv.Reader. It reads nothing ahead, but it is a read:
 // the View's state is fixed from here, as by a Get.
 func (r *viewReader) Prefetch(...[]byte) error {

@@ -138,7 +138,7 @@ var _ kv.Store = (*Store)(nil)
 
 // statements are the SQL texts of one schema.
 type statements struct {
-	get, getMany, setOne, setMany                string
+	get, getMany, getManyRef, setOne, setMany    string
 	deleteMany, deleteRange                      string
 	scanFrom, scanFromTo, scanAfter, scanAfterTo string
 	syncMark, dropMark                           string
@@ -147,8 +147,13 @@ type statements struct {
 func newStatements(schema string) statements {
 	t := pgx.Identifier{schema, "kv"}.Sanitize()
 	return statements{
-		get:         "SELECT v FROM " + t + " WHERE k = $1",
-		getMany:     "SELECT k, v FROM " + t + " WHERE k = ANY($1::bytea[])",
+		get:     "SELECT v FROM " + t + " WHERE k = $1",
+		getMany: "SELECT k, v FROM " + t + " WHERE k = ANY($1::bytea[])",
+		// The rows of $1, then the row named by $2's value: $3 followed
+		// by its first $4 bytes.
+		getManyRef: "WITH p AS (SELECT k, v FROM " + t + " WHERE k = ANY($1::bytea[]))" +
+			" SELECT k, v FROM p UNION ALL SELECT t.k, t.v FROM " + t + " t, p" +
+			" WHERE p.k = $2 AND length(p.v) >= $4 AND t.k = $3::bytea || substring(p.v FROM 1 FOR $4)",
 		setOne:      "INSERT INTO " + t + " (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
 		setMany:     "INSERT INTO " + t + " (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
 		deleteMany:  "DELETE FROM " + t + " WHERE k = ANY($1::bytea[])",

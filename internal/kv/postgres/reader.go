@@ -212,14 +212,7 @@ func (r *reader) get(key []byte) ([]byte, error) {
 // prefetch reads the committed values of the keys not read ahead yet, in
 // one round trip, into r.fetched; nothing is kept when the read fails.
 func (r *reader) prefetch(keys [][]byte) error {
-	var ask [][]byte
-	seen := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		if _, ok := r.fetched[string(k)]; !ok && !seen[string(k)] {
-			seen[string(k)] = true
-			ask = append(ask, k)
-		}
-	}
+	ask := r.unread(keys)
 	if len(ask) == 0 {
 		return nil
 	}
@@ -247,6 +240,54 @@ func (r *reader) prefetch(keys [][]byte) error {
 	}
 	for _, k := range ask {
 		r.keep(k, got[string(k)])
+	}
+	return nil
+}
+
+// unread returns keys without those read already and without repeats.
+func (r *reader) unread(keys [][]byte) [][]byte {
+	var ask [][]byte
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if _, ok := r.fetched[string(k)]; !ok && !seen[string(k)] {
+			seen[string(k)] = true
+			ask = append(ask, k)
+		}
+	}
+	return ask
+}
+
+// prefetchRef is prefetch of keys (ref among them) and of the key ref's
+// committed value names (kv.RefKey), in one round trip. When ref was read
+// already, the key it names is known: a plain prefetch.
+func (r *reader) prefetchRef(ref, prefix []byte, n int, keys [][]byte) error {
+	if v, ok := r.fetched[string(ref)]; ok {
+		if target := kv.RefKey(prefix, n, v); target != nil && v != nil {
+			keys = append(keys[:len(keys):len(keys)], target)
+		}
+		return r.prefetch(keys)
+	}
+	ask := r.unread(append(keys[:len(keys):len(keys)], ref))
+	got := make(map[string][]byte, len(ask)+1)
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		raw := rows.RawValues()
+		v := bytes.Clone(raw[1])
+		if v == nil {
+			v = []byte{}
+		}
+		got[string(raw[0])] = v
+		return nil
+	}, r.s.sql.getManyRef, ask, ref, prefix, n)
+	if err != nil {
+		return err
+	}
+	for _, k := range ask {
+		r.keep(k, got[string(k)])
+	}
+	if v := got[string(ref)]; v != nil {
+		if target := kv.RefKey(prefix, n, v); target != nil {
+			r.keep(target, got[string(target)])
+		}
 	}
 	return nil
 }
@@ -345,6 +386,14 @@ func (r *reader) Prefetch(keys ...[]byte) error {
 	return nil
 }
 
+// PrefetchRef implements kv.Reader for a View: all in one round trip.
+func (r *reader) PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error {
+	if err := r.prefetchRef(ref, prefix, n, keys); err != nil {
+		return fmt.Errorf("%s: get: %w", r.s.name, err)
+	}
+	return nil
+}
+
 // Scan implements kv.Reader for a View.
 func (r *reader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 	if err := r.pages(lower, upper, nil, fn); err != nil {
@@ -370,6 +419,12 @@ func (s *snapshot) Prefetch(keys ...[]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.r.Prefetch(keys...)
+}
+
+func (s *snapshot) PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.PrefetchRef(ref, prefix, n, keys...)
 }
 
 func (s *snapshot) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
