@@ -52,9 +52,32 @@ import (
 // holds back new state on this server only: the other servers of the file
 // system stopped honouring this server's locks once the registry showed it
 // dead (vfs.Liveness), so a lock another server granted meanwhile makes
-// the reclaim of a conflicting one fail (NFS4ERR_DENIED, as the vfs
-// refuses it): the client lost that lock, as it would have lost it to a
-// lease that ran out.
+// the reclaim of a conflicting one fail (NFS4ERR_RECLAIM_CONFLICT, below):
+// the client lost that lock, as it would have lost it to a lease that ran
+// out.
+//
+// The errors of a reclaim (RFC 8881 15.1.9 and 8.4.2.1; for 4.0, RFC
+// 7530 9.6.3 and its error lists of OPEN and LOCK, which hold the same
+// three):
+//
+//   - NFS4ERR_NO_GRACE when the server cannot vouch that nothing
+//     conflicting was granted since the client's state was lost: outside
+//     the grace period, after the client's RECLAIM_COMPLETE, and for a
+//     client this server's previous run did not record (for this
+//     principal): one whose lease ran out before, one that never held
+//     state here, one whose records are another server's (identity.go).
+//   - NFS4ERR_RECLAIM_CONFLICT when the reclaim runs into a lock or a
+//     share reservation granted since the restart: to another client's
+//     reclaim (one of the two claims more than it held), through FUSE, or
+//     through another server of the file system. NFS4ERR_DENIED and
+//     NFS4ERR_SHARE_DENIED would tell the client to try again later,
+//     which cannot help a reclaim.
+//   - NFS4ERR_RECLAIM_BAD for state the server knows it never granted:
+//     a delegation (none is ever granted).
+//
+// What this does not catch: a lock another server granted and released
+// while this one was down (RFC 8881 8.4.3's first edge condition) leaves
+// no trace, and a reclaim of the range then succeeds.
 
 // graceState is the grace period's part of the state table, guarded by
 // the table's mutex.

@@ -119,7 +119,13 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	l.Owner = ls.owner.vfsOwner()
 	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
 		q.dropFresh(ls, fresh)
-		if errors.Is(err, locks.ErrWouldBlock) {
+		switch {
+		case errors.Is(err, locks.ErrWouldBlock) && a.Reclaim:
+			// A lock held before the restart conflicts with one granted
+			// since: NFS4ERR_DENIED would have the client retry what
+			// cannot succeed (see grace.go).
+			return fail(nfsv4.NFS4ERR_RECLAIM_CONFLICT)
+		case errors.Is(err, locks.ErrWouldBlock):
 			return &nfsv4.Lock4res_NFS4ERR_DENIED{Denied: q.s.denied(q.ctx, ls.ino, l)}
 		}
 		return fail(statusOf(err))

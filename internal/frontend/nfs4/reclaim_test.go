@@ -1,0 +1,84 @@
+package nfs4
+
+import (
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// The errors of a reclaim (RFC 8881 15.1.9 and the error lists of OPEN
+// and LOCK; RFC 7530's lists for them hold the same errors): a reclaim
+// that runs into state granted since the restart is
+// NFS4ERR_RECLAIM_CONFLICT, not the NFS4ERR_DENIED or
+// NFS4ERR_SHARE_DENIED of an ordinary request, which tell a client that
+// the same request may succeed later.
+
+// openPreviousDeny is openPrevious with a deny mode.
+func openPreviousDeny(c *tclient, seqid uint32, owner string, access, deny uint32) nfsv4.NfsArgop4 {
+	op := openPrevious(c, seqid, owner, access).(*nfsv4.NfsArgop4_OP_OPEN)
+	op.Opopen.ShareDeny = deny
+	return op
+}
+
+// Two clients hold locks on one file before a restart; after it, the
+// first one reclaims more than it held (a lock over the second one's
+// range, and its open with a deny mode it never had). The second one's
+// reclaims of its open and its lock then conflict with what the first was
+// granted since the restart.
+func TestAReclaimThatConflictsWithStateGrantedSinceTheRestartIsReclaimConflict(t *testing.T) {
+	// A lease longer than the test: the grace period lasts.
+	e := newEnv(t, Options{LeaseTime: time.Minute})
+	x1 := e.dial(1, userCred)
+	x1.session("x1")
+	fh, sid1 := openFile(t, x1, "o", "ledger")
+	x1.do(putfh(fh), lockNew(x1, sid1, "l", nfsv4.WRITE_LT, 0, 100))
+	x2 := e.dial(1, userCred)
+	x2.session("x2")
+	_, sid2 := openFile(t, x2, "o", "ledger")
+	x2.do(putfh(fh), lockNew(x2, sid2, "l", nfsv4.WRITE_LT, 200, 100))
+
+	e.restart()
+	x1 = e.dial(1, userCred)
+	x1.sessionOnly("x1")
+	out := x1.do(putfh(fh), openPreviousDeny(x1, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nfsv4.OPEN4_SHARE_DENY_WRITE))
+	x1.do(putfh(fh), lockReclaim(x1, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 0, 300))
+
+	x2 = e.dial(1, userCred)
+	x2.sessionOnly("x2")
+	x2.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), openPrevious(x2, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	out = x2.do(putfh(fh), openPrevious(x2, 0, "o2", nfsv4.OPEN4_SHARE_ACCESS_READ))
+	x2.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), lockReclaim(x2, openOK(t, out[1]).Stateid, "l", nfsv4.READ_LT, 200, 100))
+	// What does not conflict is reclaimed.
+	x2.do(putfh(fh), lockReclaim(x2, openOK(t, out[1]).Stateid, "l", nfsv4.READ_LT, 400, 100))
+}
+
+// lock40 is a 4.0 LOCK by a new lock-owner of an open-owner.
+func lock40(c *tclient, reclaim bool, openSid nfsv4.Stateid4, openSeqid uint32, owner string, typ nfsv4.NfsLockType4, off, n uint64) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: typ, Offset: off, Length: n, Reclaim: reclaim,
+		Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenSeqid: openSeqid, OpenStateid: openSid,
+			LockSeqid: 0, LockOwner: nfsv4.StateOwner4{Clientid: c.clientID, Owner: []byte(owner)}}}}}
+}
+
+// The same in NFSv4.0, whose reclaims come with a new client id.
+func TestANFSv40ReclaimThatConflictsWithStateGrantedSinceTheRestartIsReclaimConflict(t *testing.T) {
+	e := newEnv(t, Options{LeaseTime: time.Minute})
+	x1 := e.dial(0, userCred)
+	fh, sid1 := confirmedOpen40(t, x1, "x1", "ledger40")
+	x1.do(putfh(fh), lock40(x1, false, sid1, 3, "l", nfsv4.WRITE_LT, 0, 100))
+	x2 := e.dial(0, userCred)
+	_, sid2 := confirmedOpen40(t, x2, "x2", "ledger40")
+	x2.do(putfh(fh), lock40(x2, false, sid2, 3, "l", nfsv4.WRITE_LT, 200, 100))
+
+	e.restart()
+	x1 = e.dial(0, userCred)
+	x1.setclientid40("x1")
+	out := x1.do(putfh(fh), openPreviousDeny(x1, 1, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nfsv4.OPEN4_SHARE_DENY_WRITE))
+	x1.do(putfh(fh), lock40(x1, true, openOK(t, out[1]).Stateid, 2, "l", nfsv4.WRITE_LT, 0, 300))
+
+	x2 = e.dial(0, userCred)
+	x2.setclientid40("x2")
+	x2.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), openPrevious(x2, 1, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	out = x2.do(putfh(fh), openPrevious(x2, 1, "o2", nfsv4.OPEN4_SHARE_ACCESS_READ))
+	x2.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), lock40(x2, true, openOK(t, out[1]).Stateid, 2, "l", nfsv4.READ_LT, 200, 100))
+}
