@@ -109,6 +109,9 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	t.mu.Unlock()
 	if st != nfsv4.NFS4_OK {
 		q.dropFresh(ls, fresh)
+		if a.Reclaim && st == nfsv4.NFS4ERR_NO_GRACE {
+			q.s.explainRefusedReclaim(q.ctx, ls.owner.client)
+		}
 		return fail(st)
 	}
 	if need := map[locks.Kind]uint32{locks.Read: nfsv4.OPEN4_SHARE_ACCESS_READ,

@@ -61,6 +61,9 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	}
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
+		if reclaim && st == nfsv4.NFS4ERR_NO_GRACE {
+			q.s.explainRefusedReclaim(q.ctx, cl)
+		}
 		return fail(st)
 	}
 	t.mu.Unlock()
