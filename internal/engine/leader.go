@@ -51,6 +51,11 @@ type leadership struct {
 	seen  meta.Lease  // the lease record as last seen
 	since time.Time   // when it was first seen so (monotonic)
 	peers map[string]observed
+	// runs are the registry ids of this state directory's runs whose
+	// records may still be in the registry, this one's included
+	// (nfsidentity.go); nil before the start has read them, or when the
+	// directory has no NFS identity.
+	runs map[string]bool
 	// asked holds the servers Alive was asked about that this one has not
 	// seen in the registry yet, with when it was first asked; gone, those
 	// it knows have left it (see Alive).
@@ -625,14 +630,21 @@ func (l *leadership) earlierRun(server uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o, ok := l.peers[id]
-	return ok && id != l.self.ID && l.self.NFS != "" && o.srv.NFS == l.self.NFS
+	return ok && l.earlierRunLocked(o.srv)
 }
 
 // earlierRunOf is earlierRun for a registry record.
 func (l *leadership) earlierRunOf(s meta.Server) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS
+	return l.earlierRunLocked(s)
+}
+
+// earlierRunLocked is earlierRunOf. A record with this directory's NFS
+// identity that is not among its runs (once the start has read them) is a
+// copy's, which is no earlier run (nfsidentity.go). Requires l.mu.
+func (l *leadership) earlierRunLocked(s meta.Server) bool {
+	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS && (l.runs == nil || l.runs[s.ID])
 }
 
 // noteGone moves the servers asked about before a look at the registry
@@ -694,15 +706,12 @@ func (l *leadership) checkSettings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	nfs := l.self.NFS
-	l.mu.Unlock()
 	for _, s := range srvs {
 		if s.ID == l.self.ID || s.Settings == "" || s.Settings == l.self.Settings {
 			continue
 		}
-		if nfs != "" && s.NFS == nfs {
-			continue // an earlier run of this state directory (earlierRun)
+		if l.earlierRunOf(s) {
+			continue // an earlier run of this state directory
 		}
 		if time.Since(s.Heartbeat) > 2*l.leaseTime {
 			continue
