@@ -56,6 +56,9 @@ type leadership struct {
 	// (nfsidentity.go); nil before the start has read them, or when the
 	// directory has no NFS identity.
 	runs map[string]bool
+	// twins are the live servers with this one's NFS identity that are
+	// none of its runs, each reported once (lookAtPeers).
+	twins map[string]bool
 	// asked holds the servers Alive was asked about that this one has not
 	// seen in the registry yet, with when it was first asked; gone, those
 	// it knows have left it (see Alive).
@@ -92,7 +95,7 @@ func newLeadership(e *Engine, exclusive bool) (*leadership, error) {
 	}
 	host, _ := os.Hostname()
 	l := &leadership{e: e, exclusive: exclusive, leaseTime: e.cfg.LeaseTime, peers: map[string]observed{},
-		asked: map[string]time.Time{}, gone: map[string]time.Time{}}
+		asked: map[string]time.Time{}, gone: map[string]time.Time{}, twins: map[string]bool{}}
 	l.self = meta.Server{ID: hex.EncodeToString(id[:]), Host: host, PID: os.Getpid(), Started: time.Now(),
 		Addrs: map[string]string{}, ReadOnly: e.cfg.ReadOnly, Settings: sharedSettings(e.cfg)}
 	if e.metricsAddr != "" {
@@ -251,7 +254,7 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 	l.mu.Lock()
 	seen := map[string]bool{}
 	defer l.noteGone(seen, start, now)
-	var dead []meta.Server
+	var dead, twins []meta.Server
 	for _, s := range srvs {
 		seen[s.ID] = true
 		if s.ID == l.self.ID {
@@ -259,6 +262,14 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 		}
 		o, ok := l.peers[s.ID]
 		if !ok || o.srv.Beat != s.Beat {
+			if ok && s.NFS != "" && s.NFS == l.self.NFS && l.runs != nil && !l.runs[s.ID] && !l.twins[s.ID] {
+				// Its beat moves: a live server with this one's NFS
+				// identity, from a copy of the state directory that
+				// started too close to this one for either start to
+				// see the other (nfsidentity.go).
+				l.twins[s.ID] = true
+				twins = append(twins, s)
+			}
 			l.peers[s.ID] = observed{srv: s, since: now}
 			continue
 		}
@@ -273,6 +284,10 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
+	for _, s := range twins {
+		l.e.log.Error("another live server of this file system has this server's NFS identity: their state directories are copies of one; their locks still bind each other, but their NFS clients' records are mixed: stop one and delete the nfs-identity file in its state directory",
+			"server", s.ID, "host", s.Host, "pid", s.PID, "state_dir", l.e.cfg.StateDir)
+	}
 	for _, s := range dead {
 		if err := l.e.Meta.RemoveServer(ctx, s.ID, s.Beat); err == nil {
 			l.e.log.Info("removed a server that stopped renewing its heartbeat from the registry", "server", s.ID, "host", s.Host, "pid", s.PID)

@@ -55,7 +55,8 @@ import (
 // ignored by this run's locks and opens (earlierRun), so a copy that
 // slipped through anyway (two copies started within one heartbeat of
 // each other) still honours the other's locks; their client records
-// remain mixed.
+// remain mixed, and each logs an error once it sees the other's beat
+// move (lookAtPeers).
 
 const (
 	nfsIdentityFile = "nfs-identity"

@@ -1,18 +1,23 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"bucketfs/internal/meta"
+	"bucketfs/internal/vfs"
 )
 
 // The NFS identity is made once and read back the same at every start; a
@@ -257,5 +262,77 @@ func copyRegularFiles(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Two copies of one state directory started so close together that
+// neither start sees the other's record get past the start. They still
+// honour each other's locks (a copy's run is no earlier run of the
+// other), and each logs an error once it sees the other alive.
+func TestTwoCopiesStartedTogetherHonourEachOthersLocksAndSaySo(t *testing.T) {
+	const lease = 2 * time.Second
+	c := newCluster(t)
+	ctx := context.Background()
+	open := func(dir string, logs *syncBuffer) *Engine {
+		cfg := Config{StateDir: dir, KV: c.db, Shared: true, LeaseTime: lease,
+			Bucket: c.bucket, Endpoint: c.srv.Endpoint, AccessKey: c.srv.AccessKey, SecretKey: c.srv.SecretKey, Region: c.srv.Region,
+			ExportDelay: time.Hour, PollInterval: -1, RevalidateTTL: -1, CheckpointInterval: -1,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))}
+		e, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		if _, err := e.NFSIdentity(); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	dir, copied := t.TempDir(), t.TempDir()
+	var logsA, logsB syncBuffer
+	a := open(dir, &logsA)
+	copyRegularFiles(t, dir, copied)
+	b := open(copied, &logsB) // a has no record yet
+	a.Start()
+	b.Start()
+
+	_, h, err := a.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o644, syscall.O_RDWR|syscall.O_CREAT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	ino := h.Ino()
+	if err := a.FS.SetLock(ctx, ino, vfs.Lock{Start: 0, End: 99, Kind: vfs.LockWrite, Owner: vfs.LockOwner{ID: 1}}, false); err != nil {
+		t.Fatal(err)
+	}
+	const line = "another live server of this file system has this server's NFS identity"
+	deadline := time.Now().Add(5 * lease)
+	for !strings.Contains(logsA.String(), line) || !strings.Contains(logsB.String(), line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two copies did not report each other within %v:\na: %s\nb: %s", 5*lease, logsA.String(), logsB.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	err = b.FS.SetLock(ctx, ino, vfs.Lock{Start: 50, End: 59, Kind: vfs.LockWrite, Owner: vfs.LockOwner{ID: 2}}, false)
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("a lock through the copy over the other's lock: %v; want EAGAIN", err)
 	}
 }
