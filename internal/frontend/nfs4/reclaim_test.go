@@ -82,3 +82,45 @@ func TestANFSv40ReclaimThatConflictsWithStateGrantedSinceTheRestartIsReclaimConf
 	out = x2.do(putfh(fh), openPrevious(x2, 1, "o2", nfsv4.OPEN4_SHARE_ACCESS_READ))
 	x2.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), lock40(x2, true, openOK(t, out[1]).Stateid, 2, "l", nfsv4.READ_LT, 200, 100))
 }
+
+// A lock another server's client took while its holder's server was dead
+// (after the registry took it for dead) makes the holder's reclaim after
+// the restart NFS4ERR_RECLAIM_CONFLICT: the holder lost the lock, as to a
+// lease that ran out, and a retry cannot give it back.
+func TestAReclaimThatConflictsWithALockGrantedThroughAnotherServerIsReclaimConflict(t *testing.T) {
+	f := newPGFS(t)
+	dirA := t.TempDir()
+	a, b := f.start(dirA, Options{}), f.start(t.TempDir(), Options{})
+	x := a.env().dial(1, userCred)
+	x.session("x")
+	fh, sid := openFile(t, x, "o", "ledger")
+	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	w := b.env().dial(1, authSys(1001, 1001))
+	w.session("w")
+	out := w.do(putroot(), openArgs(w, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	wsid := openOK(t, out[1]).Stateid
+
+	a.crash()
+	deadline := time.Now().Add(3*registryLease + 10*time.Second)
+	for {
+		_, st := w.call(putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
+		if st == nfsv4.NFS4_OK {
+			break
+		}
+		if st != nfsv4.NFS4ERR_DENIED {
+			t.Fatalf("LOCK through b after a died: %s", nfsv4.Nfsstat4_name[st])
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's client never got the lock of a's dead client")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+	}
+
+	a = f.start(dirA, Options{})
+	x = a.env().dial(1, userCred)
+	x.sessionOnly("x")
+	out = x.do(putfh(fh), openPrevious(x, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	x.expect(nfsv4.NFS4ERR_RECLAIM_CONFLICT, putfh(fh), lockReclaim(x, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 0, 100))
+	// What w does not hold is reclaimed.
+	x.do(putfh(fh), lockReclaim(x, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 60, 40))
+}
