@@ -88,6 +88,9 @@ func (e *Engine) NFSIdentity() (uint64, error) {
 			if err := writeRuns(filepath.Join(e.cfg.StateDir, nfsRunsFile), runs); err != nil {
 				return 0, fmt.Errorf("NFS identity: %w", err)
 			}
+			if err := e.Meta.NameNFSRun(context.Background(), id); err != nil {
+				return 0, fmt.Errorf("NFS identity: %w", err)
+			}
 			l.mu.Lock()
 			l.runs = runs
 			l.mu.Unlock()
@@ -167,6 +170,13 @@ func (e *Engine) checkNFSIdentityCopy(ctx context.Context) error {
 		}
 	}
 	if err := writeRuns(runsPath, kept); err != nil {
+		return fmt.Errorf("NFS identity: %w", err)
+	}
+	id, err := strconv.ParseUint(nfs, 16, 64)
+	if err != nil {
+		return err
+	}
+	if err := e.Meta.NameNFSRun(ctx, id); err != nil {
 		return fmt.Errorf("NFS identity: %w", err)
 	}
 	l.mu.Lock()

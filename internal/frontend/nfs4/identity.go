@@ -73,10 +73,12 @@ import (
 //
 //   - Nothing on the other servers waits for a dead server's clients:
 //     once it is taken for dead they grant its locks and share
-//     reservations to their own clients with no grace period at all, so
-//     the server a client moves to cannot tell whether a conflicting lock
-//     was granted and released meanwhile (RFC 8881 8.4.3's first edge
-//     condition).
+//     reservations to their own clients with no grace period at all (RFC
+//     8881 8.4.3's first edge condition). A restart of the dead server
+//     learns from marks in the store on which files another server
+//     dropped its locks, and refuses reclaims there (grace.go); no mark
+//     is left for share reservations, and the marks are made for the
+//     dead server's own restart, which deletes them.
 //   - The dead server's records stay its own (they are what its restart
 //     reclaims through, until forgotten): taking them over would let one
 //     client claim the same state on two servers, the new one and the
