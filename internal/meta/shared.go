@@ -35,8 +35,8 @@ import (
 // transactions: they must answer from memory, without waiting.
 //
 // A dead server's lock record deleted by another server leaves a mark for
-// the dead server's NFS identity, when it had one (and it is not the
-// deleter's):
+// the dead server's NFS identity, when it had one; a later run of the same
+// NFS server leaves such records alone:
 //
 //	I<server>         the NFS identity of run server of an NFS server
 //	                  (NameNFSRun, written at its start)
@@ -141,10 +141,10 @@ func (s *Store) othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64
 		return err
 	}
 	for _, k := range dead {
-		if err := tx.Delete(k); err != nil {
-			return err
-		}
 		if p != pLocks {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
 			continue
 		}
 		identity, err := nfsIdentityOf(tx, kv.Uint64(k[len(lo):]))
@@ -155,8 +155,18 @@ func (s *Store) othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64
 		if err != nil {
 			return err
 		}
-		if identity == 0 || identity == mine {
-			continue // no NFS server's, or a later run of the same one drops its own
+		if identity != 0 && identity == mine {
+			// An earlier run of this NFS server: its locks stay until
+			// the grace period of this run ends (DropEarlierRunLocks),
+			// so that another server that drops them meanwhile leaves
+			// the mark this run's reclaims look for.
+			continue
+		}
+		if err := tx.Delete(k); err != nil {
+			return err
+		}
+		if identity == 0 {
+			continue // no NFS server's
 		}
 		if err := tx.Set(kv.AppendUint64(kv.AppendUint64([]byte{pDropped}, uint64(ino)), identity), nil); err != nil {
 			return err

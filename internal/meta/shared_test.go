@@ -124,8 +124,8 @@ func TestAnEarlierRunsRecordsBindOnlyTheOtherServers(t *testing.T) {
 }
 
 // A dead NFS server's locks that another server drops leave a mark for its
-// NFS identity on the inode; a later run of the same NFS server that drops
-// them leaves none, nor does a dead server that was no NFS server. The
+// NFS identity on the inode; a later run of the same NFS server leaves
+// them, and a dead server that was no NFS server leaves no mark. The
 // later run's DropEarlierRunLocks deletes the earlier runs' locks without
 // marks, and ForgetDroppedLocks the marks.
 func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testing.T) {
@@ -176,11 +176,19 @@ func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testin
 	share(run4, 13, 4)
 	alive[1], alive[4] = false, false
 	share(run2, 10, 2) // drops run 1's on 10
-	share(run3, 11, 3) // run 1's own later run drops them on 11
+	share(run3, 11, 3) // run 1's own later run leaves them on 11
 	share(run2, 13, 2) // drops run 4's on 13
 	if !marked(10, 7) || marked(11, 7) || marked(12, 7) || marked(13, 7) || marked(10, 8) {
 		t.Fatalf("marks of 7 on 10..13: %v %v %v %v, of 8 on 10: %v; want on 10 alone",
 			marked(10, 7), marked(11, 7), marked(12, 7), marked(13, 7), marked(10, 8))
+	}
+	// Another server drops them on 11 (it asks about no conflict: run 3
+	// holds its own lock there).
+	if _, err := run2.ShareLocks(ctx, 11, 2, isAlive, held, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(11, 7) {
+		t.Fatal("run 1's locks on 11, left by its later run, were dropped by another server without a mark")
 	}
 
 	if err := run3.DropEarlierRunLocks(ctx, 7); err != nil {
