@@ -662,6 +662,38 @@ func (l *leadership) earlierRunLocked(s meta.Server) bool {
 	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS && (l.runs == nil || l.runs[s.ID])
 }
 
+// noteGoneHolders notes as gone, at the start, the servers that hold lock,
+// open or share records in the store and are absent from the registry:
+// a server registers before it serves, so one whose records were there
+// before a look at the registry that misses it had left the registry
+// (a clean stop that left its clients' locks, or removed as dead). Without
+// this, such a server would count as alive until a look that began after
+// a question about it (Alive), and its records would bind this one, a
+// restart's own earlier run's included, for that long.
+func (l *leadership) noteGoneHolders(ctx context.Context) error {
+	holders, err := l.e.Meta.RecordHolders(ctx)
+	if err != nil || len(holders) == 0 {
+		return err
+	}
+	srvs, err := l.e.Meta.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	listed := map[string]bool{}
+	for _, s := range srvs {
+		listed[s.ID] = true
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for server := range holders {
+		if id := fmt.Sprintf("%016x", server); !listed[id] && id != l.self.ID {
+			l.gone[id] = now
+		}
+	}
+	return nil
+}
+
 // noteGone moves the servers asked about before a look at the registry
 // began (start) and absent from it (seen) to gone, and forgets gone
 // servers after an hour (their records are deleted by whoever finds them

@@ -487,6 +487,32 @@ func (s *Store) OpenElsewhere(ctx context.Context, ino Ino, self uint64, alive f
 	return open, nil
 }
 
+// RecordHolders returns the servers that have lock, open or share records
+// in the store.
+func (s *Store) RecordHolders(ctx context.Context) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		clear(out)
+		for _, p := range []byte{pLocks, pOpen, pShares} {
+			lo := []byte{p}
+			err := r.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+				if len(k) == 17 {
+					out[kv.Uint64(k[9:])] = true
+				}
+				return true
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("servers with lock, open or share records: %w", err)
+	}
+	return out, nil
+}
+
 // DropServerState deletes every lock, open and share record of server: for a
 // server that starts again under the id it had, whose clients' locks and
 // opens went with its last run.

@@ -2,10 +2,13 @@ package nfs4
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"bucketfs/internal/meta"
 )
 
 // The errors of a reclaim (RFC 8881 15.1.9 and the error lists of OPEN
@@ -178,4 +181,41 @@ func TestAReclaimAfterAnotherServerGrantedAndReleasedAConflictingLockIsNoGrace(t
 		}
 		return !dropped
 	}, "the mark of the dropped locks to go with the grace period")
+}
+
+// A server restarted after the registry has forgotten its crashed run
+// (two lease times after the crash): its client reclaims its lock at
+// once, although the crashed run's lock record is still in the store and
+// the new run has never seen that run alive or dead in the registry.
+func TestAClientReclaimsAtOnceFromAServerRestartedAfterTheRegistryForgotItsCrashedRun(t *testing.T) {
+	f := newPGFS(t)
+	dirA := t.TempDir()
+	a, b := f.start(dirA, Options{}), f.start(t.TempDir(), Options{})
+	x := a.env().dial(1, userCred)
+	x.session("x")
+	fh, sid := openFile(t, x, "o", "ledger")
+	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	oldID := a.eng.ServerID()
+
+	a.crash()
+	waitFor := time.Now().Add(4*registryLease + 10*time.Second)
+	for {
+		srvs, err := b.eng.Meta.Servers(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(srvs, func(s meta.Server) bool { return s.ID == oldID }) {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatal("the crashed run stayed in the registry")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+	}
+
+	a = f.start(dirA, Options{})
+	x = a.env().dial(1, userCred)
+	x.sessionOnly("x")
+	out := x.do(putfh(fh), openPrevious(x, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	x.do(putfh(fh), lockReclaim(x, openOK(t, out[1]).Stateid, "l", nfsv4.WRITE_LT, 0, 100))
 }
