@@ -55,9 +55,12 @@ import (
 // (Close keeps the locks of clients that hold state, and the engine then
 // leaves its registry record to run out), bind the other servers' clients
 // until the lease time as above; the restarted run itself ignores them
-// (meta.Options.EarlierRun), so they never refuse its own clients'
-// reclaims, and after its grace period a lock nobody reclaimed no longer
-// binds its clients, as on a single server.
+// (meta.Options.EarlierRun; a run whose registry record is gone already
+// is known gone from the start, engine's noteGoneHolders), so they never
+// refuse its own clients' reclaims, and it leaves them in the store for
+// its grace period: another server that drops them leaves the mark that
+// refuses reclaims on that file (grace.go). When its grace period ends it
+// deletes them, and a lock nobody reclaimed binds nobody any more.
 //
 // A client that moves to another server (same client owner, a new
 // client id there): it may not reclaim there what it held through the
