@@ -223,17 +223,20 @@ func (s *Store) LocksDropped(ctx context.Context, ino Ino, identity uint64) (boo
 
 // DropEarlierRunLocks deletes the lock records of the earlier runs of NFS
 // server identity (those NameNFSRun named so, other than this run,
-// Options.Server) and their names, without marks: their clients' grace
-// period is over.
-func (s *Store) DropEarlierRunLocks(ctx context.Context, identity uint64) error {
+// Options.Server, that are earlier runs by Options.EarlierRun or not
+// alive: a live run with this identity is a copy's, whose locks stand)
+// and their names, without marks: their clients' grace period is over.
+func (s *Store) DropEarlierRunLocks(ctx context.Context, identity uint64, alive func(uint64) bool) error {
 	self := s.changes.server
 	err := s.kv.Update(ctx, func(tx kv.Txn) error {
 		earlier := map[uint64]bool{}
 		var del [][]byte
 		lo := []byte{pRunOf}
 		err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, v []byte) bool {
-			if len(k) == 9 && len(v) == 8 && kv.Uint64(v) == identity && kv.Uint64(k[1:]) != self {
-				earlier[kv.Uint64(k[1:])] = true
+			server := kv.Uint64(k[1:])
+			if len(k) == 9 && len(v) == 8 && kv.Uint64(v) == identity && server != self &&
+				(s.earlierRun(server) || !alive(server)) {
+				earlier[server] = true
 				del = append(del, append([]byte(nil), k...))
 			}
 			return true

@@ -143,17 +143,17 @@ func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testin
 		return s
 	}
 	// Runs 1 and 3 are runs of NFS server 7, run 2 is NFS server 8's, run
-	// 4 serves no NFS.
-	run1, run2, run3, run4 := open(1), open(2), open(3), open(4)
+	// 4 serves no NFS, run 5 is a live copy of NFS server 7.
+	run1, run2, run3, run4, run5 := open(1), open(2), open(3), open(4), open(5)
 	for _, n := range []struct {
 		s        *Store
 		identity uint64
-	}{{run1, 7}, {run2, 8}, {run3, 7}} {
+	}{{run1, 7}, {run2, 8}, {run3, 7}, {run5, 7}} {
 		if err := n.s.NameNFSRun(ctx, n.identity); err != nil {
 			t.Fatal(err)
 		}
 	}
-	alive := map[uint64]bool{1: true, 2: true, 3: true, 4: true}
+	alive := map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 	isAlive := func(s uint64) bool { return alive[s] }
 	held := locks.Held{Records: []locks.Lock{{Start: 0, End: 9, Kind: locks.Write, Owner: locks.Owner{ID: 1}}}}
 	share := func(s *Store, ino Ino, self uint64) {
@@ -174,6 +174,7 @@ func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testin
 	share(run1, 11, 1)
 	share(run1, 12, 1)
 	share(run4, 13, 4)
+	share(run5, 14, 5)
 	alive[1], alive[4] = false, false
 	share(run2, 10, 2) // drops run 1's on 10
 	share(run3, 11, 3) // run 1's own later run leaves them on 11
@@ -191,7 +192,7 @@ func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testin
 		t.Fatal("run 1's locks on 11, left by its later run, were dropped by another server without a mark")
 	}
 
-	if err := run3.DropEarlierRunLocks(ctx, 7); err != nil {
+	if err := run3.DropEarlierRunLocks(ctx, 7, isAlive); err != nil {
 		t.Fatal(err)
 	}
 	if held, err := run2.HoldsLocks(ctx, 1); err != nil || held {
@@ -199,6 +200,9 @@ func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testin
 	}
 	if held, err := run2.HoldsLocks(ctx, 3); err != nil || !held {
 		t.Fatalf("the later run's own locks went too: %v, %v", held, err)
+	}
+	if held, err := run2.HoldsLocks(ctx, 5); err != nil || !held {
+		t.Fatalf("the locks of a live copy with the same identity went too: %v, %v", held, err)
 	}
 	share(run2, 12, 2) // run 1's on 12 are gone already: no mark
 	if marked(12, 7) {

@@ -130,7 +130,7 @@ func (s *Server) startGrace(ctx context.Context) error {
 		if s.fs.Shared() {
 			// No client may reclaim: the earlier runs' locks and the
 			// marks of dropped ones matter to nobody.
-			err := s.fs.Meta().DropEarlierRunLocks(ctx, s.identity)
+			err := s.fs.DropEarlierRunLocks(ctx, s.identity)
 			if err == nil {
 				err = s.fs.Meta().ForgetDroppedLocks(ctx, s.identity)
 			}
@@ -319,7 +319,7 @@ func (s *Server) pruneRecords() {
 		// and the marks of locks dropped by others speak of runs whose
 		// clients have had their grace period.
 		ctx := context.Background()
-		err := s.fs.Meta().DropEarlierRunLocks(ctx, s.identity)
+		err := s.fs.DropEarlierRunLocks(ctx, s.identity)
 		if err == nil {
 			err = s.fs.Meta().ForgetDroppedLocks(ctx, s.identity)
 		}
