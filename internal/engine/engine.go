@@ -354,6 +354,12 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		}
 	}
 	if cfg.Shared && !e.ownKV {
+		if err := e.leader.noteGoneHolders(ctx); err != nil {
+			return nil, err
+		}
+		if err := e.checkNFSIdentityCopy(ctx); err != nil {
+			return nil, err
+		}
 		if err := e.leader.checkSettings(ctx); err != nil {
 			return nil, err
 		}

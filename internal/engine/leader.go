@@ -51,6 +51,14 @@ type leadership struct {
 	seen  meta.Lease  // the lease record as last seen
 	since time.Time   // when it was first seen so (monotonic)
 	peers map[string]observed
+	// runs are the registry ids of this state directory's runs whose
+	// records may still be in the registry, this one's included
+	// (nfsidentity.go); nil before the start has read them, or when the
+	// directory has no NFS identity.
+	runs map[string]bool
+	// twins are the live servers with this one's NFS identity that are
+	// none of its runs, each reported once (lookAtPeers).
+	twins map[string]bool
 	// asked holds the servers Alive was asked about that this one has not
 	// seen in the registry yet, with when it was first asked; gone, those
 	// it knows have left it (see Alive).
@@ -87,7 +95,7 @@ func newLeadership(e *Engine, exclusive bool) (*leadership, error) {
 	}
 	host, _ := os.Hostname()
 	l := &leadership{e: e, exclusive: exclusive, leaseTime: e.cfg.LeaseTime, peers: map[string]observed{},
-		asked: map[string]time.Time{}, gone: map[string]time.Time{}}
+		asked: map[string]time.Time{}, gone: map[string]time.Time{}, twins: map[string]bool{}}
 	l.self = meta.Server{ID: hex.EncodeToString(id[:]), Host: host, PID: os.Getpid(), Started: time.Now(),
 		Addrs: map[string]string{}, ReadOnly: e.cfg.ReadOnly, Settings: sharedSettings(e.cfg)}
 	if e.metricsAddr != "" {
@@ -246,7 +254,7 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 	l.mu.Lock()
 	seen := map[string]bool{}
 	defer l.noteGone(seen, start, now)
-	var dead []meta.Server
+	var dead, twins []meta.Server
 	for _, s := range srvs {
 		seen[s.ID] = true
 		if s.ID == l.self.ID {
@@ -254,6 +262,14 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 		}
 		o, ok := l.peers[s.ID]
 		if !ok || o.srv.Beat != s.Beat {
+			if ok && s.NFS != "" && s.NFS == l.self.NFS && l.runs != nil && !l.runs[s.ID] && !l.twins[s.ID] {
+				// Its beat moves: a live server with this one's NFS
+				// identity, from a copy of the state directory that
+				// started too close to this one for either start to
+				// see the other (nfsidentity.go).
+				l.twins[s.ID] = true
+				twins = append(twins, s)
+			}
 			l.peers[s.ID] = observed{srv: s, since: now}
 			continue
 		}
@@ -268,6 +284,10 @@ func (l *leadership) lookAtPeers(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
+	for _, s := range twins {
+		l.e.log.Error("another live server of this file system has this server's NFS identity: their state directories are copies of one; their locks still bind each other, but their NFS clients' records are mixed: stop one and delete the nfs-identity file in its state directory",
+			"server", s.ID, "host", s.Host, "pid", s.PID, "state_dir", l.e.cfg.StateDir)
+	}
 	for _, s := range dead {
 		if err := l.e.Meta.RemoveServer(ctx, s.ID, s.Beat); err == nil {
 			l.e.log.Info("removed a server that stopped renewing its heartbeat from the registry", "server", s.ID, "host", s.Host, "pid", s.PID)
@@ -625,14 +645,53 @@ func (l *leadership) earlierRun(server uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o, ok := l.peers[id]
-	return ok && id != l.self.ID && l.self.NFS != "" && o.srv.NFS == l.self.NFS
+	return ok && l.earlierRunLocked(o.srv)
 }
 
 // earlierRunOf is earlierRun for a registry record.
 func (l *leadership) earlierRunOf(s meta.Server) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS
+	return l.earlierRunLocked(s)
+}
+
+// earlierRunLocked is earlierRunOf. A record with this directory's NFS
+// identity that is not among its runs (once the start has read them) is a
+// copy's, which is no earlier run (nfsidentity.go). Requires l.mu.
+func (l *leadership) earlierRunLocked(s meta.Server) bool {
+	return s.ID != l.self.ID && l.self.NFS != "" && s.NFS == l.self.NFS && (l.runs == nil || l.runs[s.ID])
+}
+
+// noteGoneHolders notes as gone, at the start, the servers that hold lock,
+// open or share records in the store and are absent from the registry:
+// a server registers before it serves, so one whose records were there
+// before a look at the registry that misses it had left the registry
+// (a clean stop that left its clients' locks, or removed as dead). Without
+// this, such a server would count as alive until a look that began after
+// a question about it (Alive), and its records would bind this one, a
+// restart's own earlier run's included, for that long.
+func (l *leadership) noteGoneHolders(ctx context.Context) error {
+	holders, err := l.e.Meta.RecordHolders(ctx)
+	if err != nil || len(holders) == 0 {
+		return err
+	}
+	srvs, err := l.e.Meta.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	listed := map[string]bool{}
+	for _, s := range srvs {
+		listed[s.ID] = true
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for server := range holders {
+		if id := fmt.Sprintf("%016x", server); !listed[id] && id != l.self.ID {
+			l.gone[id] = now
+		}
+	}
+	return nil
 }
 
 // noteGone moves the servers asked about before a look at the registry
@@ -694,15 +753,12 @@ func (l *leadership) checkSettings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	nfs := l.self.NFS
-	l.mu.Unlock()
 	for _, s := range srvs {
 		if s.ID == l.self.ID || s.Settings == "" || s.Settings == l.self.Settings {
 			continue
 		}
-		if nfs != "" && s.NFS == nfs {
-			continue // an earlier run of this state directory (earlierRun)
+		if l.earlierRunOf(s) {
+			continue // an earlier run of this state directory
 		}
 		if time.Since(s.Heartbeat) > 2*l.leaseTime {
 			continue

@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"bucketfs/internal/meta"
 )
 
 // The NFS identity. An NFS server keeps its clients' records under an
@@ -24,10 +28,44 @@ import (
 // how a run of the state directory knows an earlier run's record.
 //
 // A state directory copied to another machine carries its identity with
-// it: two servers started on copies would share their client records.
-// Give each server a state directory of its own.
+// it: two servers started on copies would share their client records,
+// and each would take the other's registry record for an earlier run of
+// its own and ignore its locks. On a shared store, a start tells a
+// restart of its state directory from a copy of it by the directory's
+// runs: the file nfs-runs lists the registry ids of the directory's runs
+// whose records may still be in the registry, rewritten (and synced) at
+// every start before this run's first record, with this run's id. A
+// registry record that names this directory's identity is then
+//
+//   - one of the directory's runs (listed): an earlier run, dead since
+//     this run holds the directory's lock, unless the directory is a
+//     copy taken while that run ran. The start watches the record for
+//     half a lease time, longer than a live server goes without a beat,
+//     when its heartbeat is recent: a beat that moves is a live server,
+//     and the start is refused;
+//   - any other, with a heartbeat younger than two lease times (by this
+//     server's clock, as checkSettings judges): the run of another
+//     directory with this identity, a copy; the start is refused at
+//     once. Older, it is a dead server's leftover and no earlier run.
+//
+// The refusal is ErrNFSIdentityCopied, one line that names the identity
+// file to delete on the starting server. A directory without the runs
+// file (made by an older version) takes every recent record with its
+// identity for an earlier run and watches it. Only earlier runs are
+// ignored by this run's locks and opens (earlierRun), so a copy that
+// slipped through anyway (two copies started within one heartbeat of
+// each other) still honours the other's locks; their client records
+// remain mixed, and each logs an error once it sees the other's beat
+// move (lookAtPeers).
 
-const nfsIdentityFile = "nfs-identity"
+const (
+	nfsIdentityFile = "nfs-identity"
+	nfsRunsFile     = "nfs-runs"
+)
+
+// ErrNFSIdentityCopied refuses a server whose state directory shares its
+// NFS identity with another server of the file system (a copy).
+var ErrNFSIdentityCopied = errors.New("another server of this file system has this state directory's NFS identity")
 
 // NFSIdentity returns this server's NFS identity, making it on first use,
 // and names it in the registry record. Call it before Start, so that the
@@ -38,11 +76,138 @@ func (e *Engine) NFSIdentity() (uint64, error) {
 		return 0, fmt.Errorf("NFS identity: %w", err)
 	}
 	if e.leader != nil {
-		e.leader.mu.Lock()
-		e.leader.self.NFS = fmt.Sprintf("%016x", id)
-		e.leader.mu.Unlock()
+		l := e.leader
+		l.mu.Lock()
+		made := l.self.NFS == ""
+		l.self.NFS = fmt.Sprintf("%016x", id)
+		self := l.self.ID
+		l.mu.Unlock()
+		if made && !l.exclusive {
+			// A new identity: no earlier run has it.
+			runs := map[string]bool{self: true}
+			if err := writeRuns(filepath.Join(e.cfg.StateDir, nfsRunsFile), runs); err != nil {
+				return 0, fmt.Errorf("NFS identity: %w", err)
+			}
+			if err := e.Meta.NameNFSRun(context.Background(), id); err != nil {
+				return 0, fmt.Errorf("NFS identity: %w", err)
+			}
+			l.mu.Lock()
+			l.runs = runs
+			l.mu.Unlock()
+		}
 	}
 	return id, nil
+}
+
+// checkNFSIdentityCopy refuses, at the start on a shared store, a state
+// directory whose NFS identity another server of the file system has (see
+// the comment at the top), and records this run among the directory's
+// runs. Call it after knownIdentity, before Start.
+func (e *Engine) checkNFSIdentityCopy(ctx context.Context) error {
+	l := e.leader
+	l.mu.Lock()
+	nfs, self := l.self.NFS, l.self.ID
+	l.mu.Unlock()
+	if nfs == "" {
+		return nil // no identity yet: NFSIdentity makes a new one
+	}
+	identityPath := filepath.Join(e.cfg.StateDir, nfsIdentityFile)
+	runsPath := filepath.Join(e.cfg.StateDir, nfsRunsFile)
+	runs, err := readRuns(runsPath)
+	if err != nil {
+		return fmt.Errorf("NFS identity: %w", err)
+	}
+	srvs, err := e.Meta.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	copied := func(s meta.Server) error {
+		return fmt.Errorf("%w: server %s (host %s, pid %d) runs with it, so one of the two state directories is a copy of the other: delete %s on this server to have a new identity made (the NFS clients of this directory then have nothing to reclaim)",
+			ErrNFSIdentityCopied, s.ID, s.Host, s.PID, identityPath)
+	}
+	kept := map[string]bool{self: true}
+	var watch []meta.Server
+	for _, s := range srvs {
+		if s.ID == self || s.NFS != nfs {
+			continue
+		}
+		recent := time.Since(s.Heartbeat) < 2*l.leaseTime
+		switch {
+		case runs != nil && !runs[s.ID]:
+			if recent {
+				return copied(s)
+			}
+		case recent:
+			watch = append(watch, s)
+			kept[s.ID] = true
+		default:
+			kept[s.ID] = true
+		}
+	}
+	if len(watch) > 0 {
+		window := l.leaseTime / 2
+		e.log.Info("an earlier run of this state directory is still in the server registry: watching its heartbeat to tell a restart from a copy of the directory",
+			"runs", len(watch), "for", window)
+		t := time.NewTicker(max(window/16, time.Millisecond))
+		defer t.Stop()
+		for end := time.Now().Add(window); time.Now().Before(end); {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+			now, err := e.Meta.Servers(ctx)
+			if err != nil {
+				return err
+			}
+			for _, s := range now {
+				for _, w := range watch {
+					if s.ID == w.ID && s.Beat != w.Beat {
+						return copied(s)
+					}
+				}
+			}
+		}
+	}
+	if err := writeRuns(runsPath, kept); err != nil {
+		return fmt.Errorf("NFS identity: %w", err)
+	}
+	id, err := strconv.ParseUint(nfs, 16, 64)
+	if err != nil {
+		return err
+	}
+	if err := e.Meta.NameNFSRun(ctx, id); err != nil {
+		return fmt.Errorf("NFS identity: %w", err)
+	}
+	l.mu.Lock()
+	l.runs = kept
+	l.mu.Unlock()
+	return nil
+}
+
+// readRuns reads the runs file at path: nil if there is none.
+func readRuns(path string) (map[string]bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	runs := map[string]bool{}
+	for _, id := range strings.Fields(string(b)) {
+		runs[id] = true
+	}
+	return runs, nil
+}
+
+// writeRuns replaces the runs file at path with runs, durably.
+func writeRuns(path string, runs map[string]bool) error {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(runs)) {
+		b.WriteString(id + "\n")
+	}
+	return writeSynced(path, []byte(b.String()))
 }
 
 // readIdentity reads the identity at path; fs.ErrNotExist if none was
@@ -87,12 +252,21 @@ func loadOrMakeIdentity(path string) (uint64, error) {
 		}
 		id = binary.BigEndian.Uint64(r[:])
 	}
+	if err := writeSynced(path, fmt.Appendf(nil, "%016x\n", id)); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// writeSynced replaces the file at path with b: written to a temporary
+// file, synced, renamed over path, and the directory synced.
+func writeSynced(path string, b []byte) error {
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	_, err = fmt.Fprintf(f, "%016x\n", id)
+	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -107,9 +281,8 @@ func loadOrMakeIdentity(path string) (uint64, error) {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return 0, err
 	}
-	return id, nil
+	return err
 }
 
 func syncDir(dir string) error {

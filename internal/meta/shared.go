@@ -33,11 +33,33 @@ import (
 //
 // The alive functions these methods take are called inside kv
 // transactions: they must answer from memory, without waiting.
+//
+// A dead server's lock record deleted by another server leaves a mark for
+// the dead server's NFS identity, when it had one; a later run of the same
+// NFS server leaves such records alone:
+//
+//	I<server>         the NFS identity of run server of an NFS server
+//	                  (NameNFSRun, written at its start)
+//	B<ino><identity>  the locks of a dead run of NFS server identity on
+//	                  ino were dropped by another server (empty value)
+//
+// The transaction that drops them is the one that may grant a lock that
+// conflicts with them, so a restarted NFS server that finds the mark
+// cannot tell whether one was granted, and perhaps released, since its
+// earlier run died: its clients' lock reclaims on ino are refused
+// (package nfs4's grace.go). When its grace period ends (or at its start,
+// with none) the restarted server deletes its earlier runs' remaining
+// lock records and names itself (DropEarlierRunLocks), then its marks
+// (ForgetDroppedLocks), so that no mark made later speaks of a run whose
+// clients have had their grace period. The I record outlives the
+// server's registry record, so a restart however late finds the marks.
 
 const (
-	pLocks  = 'P'
-	pOpen   = 'O'
-	pShares = 'S'
+	pLocks   = 'P'
+	pOpen    = 'O'
+	pShares  = 'S'
+	pDropped = 'B'
+	pRunOf   = 'I'
 )
 
 func serverInoKey(p byte, ino Ino, server uint64) []byte {
@@ -119,9 +141,155 @@ func (s *Store) othersOnIno(r kv.Reader, tx kv.Txn, p byte, ino Ino, self uint64
 		return err
 	}
 	for _, k := range dead {
+		if p != pLocks {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+			continue
+		}
+		identity, err := nfsIdentityOf(tx, kv.Uint64(k[len(lo):]))
+		if err != nil {
+			return err
+		}
+		mine, err := nfsIdentityOf(tx, self)
+		if err != nil {
+			return err
+		}
+		if identity != 0 && identity == mine {
+			// An earlier run of this NFS server: its locks stay until
+			// the grace period of this run ends (DropEarlierRunLocks),
+			// so that another server that drops them meanwhile leaves
+			// the mark this run's reclaims look for.
+			continue
+		}
 		if err := tx.Delete(k); err != nil {
 			return err
 		}
+		if identity == 0 {
+			continue // no NFS server's
+		}
+		if err := tx.Set(kv.AppendUint64(kv.AppendUint64([]byte{pDropped}, uint64(ino)), identity), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runOfKey(server uint64) []byte { return kv.AppendUint64([]byte{pRunOf}, server) }
+
+// nfsIdentityOf returns the NFS identity run server named (NameNFSRun),
+// 0 if none.
+func nfsIdentityOf(r kv.Reader, server uint64) (uint64, error) {
+	v, err := r.Get(runOfKey(server))
+	if errors.Is(err, kv.ErrNotFound) || (err == nil && len(v) != 8) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return kv.Uint64(v), nil
+}
+
+// NameNFSRun records that this run (Options.Server) is a run of NFS
+// server identity. Call it before the run holds a lock.
+func (s *Store) NameNFSRun(ctx context.Context, identity uint64) error {
+	server := s.changes.server
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		return tx.Set(runOfKey(server), kv.AppendUint64(nil, identity))
+	})
+	if err != nil {
+		return fmt.Errorf("name run %016x of NFS server %016x: %w", server, identity, err)
+	}
+	return nil
+}
+
+// LocksDropped reports whether another server dropped the locks of a dead
+// run of NFS server identity on ino (the mark above).
+func (s *Store) LocksDropped(ctx context.Context, ino Ino, identity uint64) (bool, error) {
+	var found bool
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		_, err := r.Get(kv.AppendUint64(kv.AppendUint64([]byte{pDropped}, uint64(ino)), identity))
+		found = err == nil
+		if errors.Is(err, kv.ErrNotFound) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("dropped locks on inode %d: %w", ino, err)
+	}
+	return found, nil
+}
+
+// DropEarlierRunLocks deletes the lock records of the earlier runs of NFS
+// server identity (those NameNFSRun named so, other than this run,
+// Options.Server, that are earlier runs by Options.EarlierRun or not
+// alive: a live run with this identity is a copy's, whose locks stand)
+// and their names, without marks: their clients' grace period is over.
+func (s *Store) DropEarlierRunLocks(ctx context.Context, identity uint64, alive func(uint64) bool) error {
+	self := s.changes.server
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		earlier := map[uint64]bool{}
+		var del [][]byte
+		lo := []byte{pRunOf}
+		err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, v []byte) bool {
+			server := kv.Uint64(k[1:])
+			if len(k) == 9 && len(v) == 8 && kv.Uint64(v) == identity && server != self &&
+				(s.earlierRun(server) || !alive(server)) {
+				earlier[server] = true
+				del = append(del, append([]byte(nil), k...))
+			}
+			return true
+		})
+		if err != nil || len(earlier) == 0 {
+			return err
+		}
+		lo = []byte{pLocks}
+		err = tx.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+			if len(k) == 17 && earlier[kv.Uint64(k[9:])] {
+				del = append(del, append([]byte(nil), k...))
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range del {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("drop the locks of the earlier runs of NFS server %016x: %w", identity, err)
+	}
+	return nil
+}
+
+// ForgetDroppedLocks deletes the marks of NFS server identity.
+func (s *Store) ForgetDroppedLocks(ctx context.Context, identity uint64) error {
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		var marks [][]byte
+		lo := []byte{pDropped}
+		err := tx.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+			if len(k) == 17 && kv.Uint64(k[9:]) == identity {
+				marks = append(marks, append([]byte(nil), k...))
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range marks {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("forget the dropped locks of NFS server %016x: %w", identity, err)
 	}
 	return nil
 }
@@ -320,6 +488,32 @@ func (s *Store) OpenElsewhere(ctx context.Context, ino Ino, self uint64, alive f
 		return false, fmt.Errorf("ask whether another server holds inode %d open: %w", ino, err)
 	}
 	return open, nil
+}
+
+// RecordHolders returns the servers that have lock, open or share records
+// in the store.
+func (s *Store) RecordHolders(ctx context.Context) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	err := s.kv.View(ctx, func(r kv.Reader) error {
+		clear(out)
+		for _, p := range []byte{pLocks, pOpen, pShares} {
+			lo := []byte{p}
+			err := r.Scan(lo, kv.PrefixEnd(lo), func(k, _ []byte) bool {
+				if len(k) == 17 {
+					out[kv.Uint64(k[9:])] = true
+				}
+				return true
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("servers with lock, open or share records: %w", err)
+	}
+	return out, nil
 }
 
 // DropServerState deletes every lock, open and share record of server: for a

@@ -122,3 +122,96 @@ func TestAnEarlierRunsRecordsBindOnlyTheOtherServers(t *testing.T) {
 		t.Fatalf("inode 42 holds %+v after the earlier run died and the new one released; want nothing", got)
 	}
 }
+
+// A dead NFS server's locks that another server drops leave a mark for its
+// NFS identity on the inode; a later run of the same NFS server leaves
+// them, and a dead server that was no NFS server leaves no mark. The
+// later run's DropEarlierRunLocks deletes the earlier runs' locks without
+// marks, and ForgetDroppedLocks the marks.
+func TestLocksOfADeadNFSServerDroppedByAnotherLeaveAMarkForItsIdentity(t *testing.T) {
+	ctx := context.Background()
+	db, err := testkv.Open(t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	open := func(server uint64) *Store {
+		s, err := Open(ctx, db, Options{ExportDelay: time.Minute, Server: server})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Runs 1 and 3 are runs of NFS server 7, run 2 is NFS server 8's, run
+	// 4 serves no NFS, run 5 is a live copy of NFS server 7.
+	run1, run2, run3, run4, run5 := open(1), open(2), open(3), open(4), open(5)
+	for _, n := range []struct {
+		s        *Store
+		identity uint64
+	}{{run1, 7}, {run2, 8}, {run3, 7}, {run5, 7}} {
+		if err := n.s.NameNFSRun(ctx, n.identity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alive := map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}
+	isAlive := func(s uint64) bool { return alive[s] }
+	held := locks.Held{Records: []locks.Lock{{Start: 0, End: 9, Kind: locks.Write, Owner: locks.Owner{ID: 1}}}}
+	share := func(s *Store, ino Ino, self uint64) {
+		t.Helper()
+		if ok, err := s.ShareLocks(ctx, ino, self, isAlive, held, func(theirs locks.Held) bool { return !theirs.Empty() }); err != nil || !ok {
+			t.Fatalf("ShareLocks on %d by %d = %v, %v", ino, self, ok, err)
+		}
+	}
+	marked := func(ino Ino, identity uint64) bool {
+		t.Helper()
+		m, err := run2.LocksDropped(ctx, ino, identity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	share(run1, 10, 1)
+	share(run1, 11, 1)
+	share(run1, 12, 1)
+	share(run4, 13, 4)
+	share(run5, 14, 5)
+	alive[1], alive[4] = false, false
+	share(run2, 10, 2) // drops run 1's on 10
+	share(run3, 11, 3) // run 1's own later run leaves them on 11
+	share(run2, 13, 2) // drops run 4's on 13
+	if !marked(10, 7) || marked(11, 7) || marked(12, 7) || marked(13, 7) || marked(10, 8) {
+		t.Fatalf("marks of 7 on 10..13: %v %v %v %v, of 8 on 10: %v; want on 10 alone",
+			marked(10, 7), marked(11, 7), marked(12, 7), marked(13, 7), marked(10, 8))
+	}
+	// Another server drops them on 11 (it asks about no conflict: run 3
+	// holds its own lock there).
+	if _, err := run2.ShareLocks(ctx, 11, 2, isAlive, held, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(11, 7) {
+		t.Fatal("run 1's locks on 11, left by its later run, were dropped by another server without a mark")
+	}
+
+	if err := run3.DropEarlierRunLocks(ctx, 7, isAlive); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := run2.HoldsLocks(ctx, 1); err != nil || held {
+		t.Fatalf("run 1 holds locks after its later run dropped them: %v, %v", held, err)
+	}
+	if held, err := run2.HoldsLocks(ctx, 3); err != nil || !held {
+		t.Fatalf("the later run's own locks went too: %v, %v", held, err)
+	}
+	if held, err := run2.HoldsLocks(ctx, 5); err != nil || !held {
+		t.Fatalf("the locks of a live copy with the same identity went too: %v, %v", held, err)
+	}
+	share(run2, 12, 2) // run 1's on 12 are gone already: no mark
+	if marked(12, 7) {
+		t.Fatal("a mark for locks the later run had dropped itself")
+	}
+	if err := run3.ForgetDroppedLocks(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if marked(10, 7) {
+		t.Fatal("the mark on 10 outlived ForgetDroppedLocks")
+	}
+}

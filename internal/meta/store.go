@@ -53,6 +53,8 @@ import (
 //	P<ino><server>              the locks one server's clients hold on ino (shared.go)
 //	O<ino><server>              one server holds ino open (shared.go)
 //	S<ino><server>              the NFS share reservations of one server's opens of ino (shared.go)
+//	B<ino><identity>            another server dropped a dead run's locks on ino (shared.go)
+//	I<server>                   the NFS identity of one run of an NFS server (shared.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'

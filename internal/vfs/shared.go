@@ -321,6 +321,16 @@ func (fs *FS) ForgetServer(ctx context.Context) error {
 // of the file system (Config.Liveness).
 func (fs *FS) Shared() bool { return fs.shared != nil }
 
+// DropEarlierRunLocks deletes the lock records the dead earlier runs of
+// NFS server identity left (meta's DropEarlierRunLocks), on a shared file
+// system.
+func (fs *FS) DropEarlierRunLocks(ctx context.Context, identity uint64) error {
+	if fs.cfg.Liveness == nil {
+		return nil
+	}
+	return fs.meta.DropEarlierRunLocks(ctx, identity, fs.cfg.Liveness.Alive)
+}
+
 // ReserveShare is for an NFS OPEN with share access and deny bits
 // (OPEN4_SHARE_ACCESS_*, OPEN4_SHARE_DENY_*) on a shared server: unless a
 // live other server's opens of ino deny that access or hold access that

@@ -52,9 +52,49 @@ import (
 // holds back new state on this server only: the other servers of the file
 // system stopped honouring this server's locks once the registry showed it
 // dead (vfs.Liveness), so a lock another server granted meanwhile makes
-// the reclaim of a conflicting one fail (NFS4ERR_DENIED, as the vfs
-// refuses it): the client lost that lock, as it would have lost it to a
-// lease that ran out.
+// the reclaim of a conflicting one fail (NFS4ERR_RECLAIM_CONFLICT, below):
+// the client lost that lock, as it would have lost it to a lease that ran
+// out.
+//
+// The errors of a reclaim (RFC 8881 15.1.9 and 8.4.2.1; for 4.0, RFC
+// 7530 9.6.3 and its error lists of OPEN and LOCK, which hold the same
+// three):
+//
+//   - NFS4ERR_NO_GRACE when the server cannot vouch that nothing
+//     conflicting was granted since the client's state was lost: outside
+//     the grace period, after the client's RECLAIM_COMPLETE, and for a
+//     client this server's previous run did not record (for this
+//     principal): one whose lease ran out before, one that never held
+//     state here, one whose records are another server's (identity.go).
+//   - NFS4ERR_RECLAIM_CONFLICT when the reclaim runs into a lock or a
+//     share reservation granted since the restart: to another client's
+//     reclaim (one of the two claims more than it held), through FUSE, or
+//     through another server of the file system. NFS4ERR_DENIED and
+//     NFS4ERR_SHARE_DENIED would tell the client to try again later,
+//     which cannot help a reclaim.
+//   - NFS4ERR_RECLAIM_BAD for state the server knows it never granted:
+//     a delegation (none is ever granted).
+//
+// A lock another server granted and released while this one was down
+// (RFC 8881 8.4.3's first edge condition) leaves no lock to conflict
+// with. What it does leave: the transaction that granted it dropped the
+// earlier run's lock records on the file, and left a mark for this
+// server's identity (meta's shared.go). A lock reclaim on a file with
+// such a mark is refused (lockReclaimable): NFS4ERR_RECLAIM_CONFLICT if a
+// conflicting lock is held, else NFS4ERR_NO_GRACE, since the server
+// cannot vouch for the range; the check is made again after the grant,
+// which is taken back if a mark appeared meanwhile. The mark is
+// per file, not per range: a reclaim on a file where another server's
+// client took any lock after the earlier run was taken for dead is
+// refused. When the grace period ends, the earlier runs' remaining lock
+// records and this server's marks are deleted (pruneRecords).
+//
+// What this does not catch: share reservations granted and released by
+// another server while this one was down (no mark is left for them), a
+// conflicting lock taken and released through FUSE on this server
+// during the grace period, and locks dropped after the registry had
+// forgotten the dead run (two lease times after its death), which leave
+// no mark.
 
 // graceState is the grace period's part of the state table, guarded by
 // the table's mutex.
@@ -87,6 +127,17 @@ func (s *Server) startGrace(ctx context.Context) error {
 		owners = append(owners, owner)
 	}
 	if len(recs) == 0 {
+		if s.fs.Shared() {
+			// No client may reclaim: the earlier runs' locks and the
+			// marks of dropped ones matter to nobody.
+			err := s.fs.DropEarlierRunLocks(ctx, s.identity)
+			if err == nil {
+				err = s.fs.Meta().ForgetDroppedLocks(ctx, s.identity)
+			}
+			if err != nil {
+				return err
+			}
+		}
 		g.over, g.pruned = true, true
 		s.log.Info("no grace period: no NFS client of the previous run holds state")
 		return nil
@@ -263,6 +314,19 @@ func (s *Server) pruneRecords() {
 	}
 	t.grace.reclaimable = map[string]string{}
 	t.mu.Unlock()
+	if s.fs.Shared() {
+		// The earlier runs' locks nobody reclaimed bind nobody any more,
+		// and the marks of locks dropped by others speak of runs whose
+		// clients have had their grace period.
+		ctx := context.Background()
+		err := s.fs.DropEarlierRunLocks(ctx, s.identity)
+		if err == nil {
+			err = s.fs.Meta().ForgetDroppedLocks(ctx, s.identity)
+		}
+		if err != nil {
+			s.log.Warn("after the grace period", "err", err)
+		}
+	}
 	if len(lost) == 0 {
 		return
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"bucketfs/internal/meta"
@@ -52,9 +55,49 @@ import (
 // (Close keeps the locks of clients that hold state, and the engine then
 // leaves its registry record to run out), bind the other servers' clients
 // until the lease time as above; the restarted run itself ignores them
-// (meta.Options.EarlierRun), so they never refuse its own clients'
-// reclaims, and after its grace period a lock nobody reclaimed no longer
-// binds its clients, as on a single server.
+// (meta.Options.EarlierRun; a run whose registry record is gone already
+// is known gone from the start, engine's noteGoneHolders), so they never
+// refuse its own clients' reclaims, and it leaves them in the store for
+// its grace period: another server that drops them leaves the mark that
+// refuses reclaims on that file (grace.go). When its grace period ends it
+// deletes them, and a lock nobody reclaimed binds nobody any more.
+//
+// A client that moves to another server (same client owner, a new
+// client id there): it may not reclaim there what it held through the
+// server it left, which it is told by NFS4ERR_NO_GRACE, and it takes its
+// opens and locks anew, as a client whose lease ran out does. It gets
+// those that conflict with the dead server's once the others take that
+// server for dead (above); what it wrote is in the store already.
+// Seeing one scope and two server owners, a client that follows RFC 8881
+// 8.4.2.1 does try to reclaim (the same scope says the filehandles are
+// still good), and that section leaves it to the server to answer
+// NFS4ERR_NO_GRACE when it cannot support the reclaim correctly, which
+// ours cannot, for three reasons:
+//
+//   - Nothing on the other servers waits for a dead server's clients:
+//     once it is taken for dead they grant its locks and share
+//     reservations to their own clients with no grace period at all (RFC
+//     8881 8.4.3's first edge condition). A restart of the dead server
+//     learns from marks in the store on which files another server
+//     dropped its locks, and refuses reclaims there (grace.go); no mark
+//     is left for share reservations, and the marks are made for the
+//     dead server's own restart, which deletes them.
+//   - The dead server's records stay its own (they are what its restart
+//     reclaims through, until forgotten): taking them over would let one
+//     client claim the same state on two servers, the new one and the
+//     old one back from a restart, and nothing orders the two.
+//   - Its server owner is its own (serverOwner below): the servers say
+//     that they are distinct, and share no client ids or stateids.
+//
+// Offering it would take a grace period of the whole file system for a
+// dead server's clients (the other servers keep honouring its locks
+// until its clients have reclaimed them or a lease has passed) and a
+// hand-over of its records in one transaction; until then, servers that
+// must look like one to their clients (a moving virtual address) are one
+// bucketfs server restarted on the same state directory, whose clients
+// reclaim in its grace period. A refused reclaim is logged once per
+// client, naming the server whose records hold it
+// (explainRefusedReclaim).
 //
 // Records of a server that never comes back (forgetGoneServers below): they
 // matter only to a restart of that server, so once the registry has not
@@ -195,4 +238,47 @@ func (s *Server) forgetGoneServers(ctx context.Context, now time.Time) {
 // within [reapTick, 1 min].
 func (s *Server) forgetEvery() time.Duration {
 	return min(max(s.opts.ForgetAfter/8, s.reapTick()), time.Minute)
+}
+
+// explainRefusedReclaim logs, once per client, which other servers' client
+// records name client cl, whose reclaim was just refused with
+// NFS4ERR_NO_GRACE: a client that moved here from another server, which
+// may not reclaim here (see the comment at the top). Requires no lock; it
+// reads the store.
+func (s *Server) explainRefusedReclaim(ctx context.Context, cl *client) {
+	if !s.fs.Shared() {
+		return
+	}
+	t := s.state
+	t.mu.Lock()
+	done := cl.reclaimExplained
+	cl.reclaimExplained = true
+	t.mu.Unlock()
+	if done {
+		return
+	}
+	servers, err := s.fs.Meta().ClientRecordServers(ctx)
+	if err != nil {
+		s.log.Warn("client records of other NFS servers", "err", err)
+		return
+	}
+	var holders []string
+	for _, id := range slices.Sorted(maps.Keys(servers)) {
+		if id == s.identity {
+			continue
+		}
+		recs, err := s.fs.Meta().ClientRecords(ctx, id)
+		if err != nil {
+			s.log.Warn("client records of another NFS server", "server", fmt.Sprintf("%016x", id), "err", err)
+			return
+		}
+		if _, ok := recs[cl.key]; ok {
+			holders = append(holders, fmt.Sprintf("%016x", id))
+		}
+	}
+	if len(holders) == 0 {
+		return
+	}
+	s.log.Info("an NFS client reclaims what it held through another server of the file system; reclaim across servers is not offered, so it is refused (NFS4ERR_NO_GRACE) and the client takes its opens and locks anew, those the other server's clients held once the registry takes that server for dead",
+		"client", cl.key, "records_at", strings.Join(holders, ","))
 }

@@ -109,6 +109,9 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 	t.mu.Unlock()
 	if st != nfsv4.NFS4_OK {
 		q.dropFresh(ls, fresh)
+		if a.Reclaim && st == nfsv4.NFS4ERR_NO_GRACE {
+			q.s.explainRefusedReclaim(q.ctx, ls.owner.client)
+		}
 		return fail(st)
 	}
 	if need := map[locks.Kind]uint32{locks.Read: nfsv4.OPEN4_SHARE_ACCESS_READ,
@@ -117,12 +120,42 @@ func (q *request) lock(a *nfsv4.Lock4args) nfsv4.Lock4res {
 		return fail(nfsv4.NFS4ERR_OPENMODE)
 	}
 	l.Owner = ls.owner.vfsOwner()
+	if a.Reclaim {
+		if st := q.s.lockReclaimable(q.ctx, ls.ino, l); st != nfsv4.NFS4_OK {
+			q.dropFresh(ls, fresh)
+			return fail(st)
+		}
+	}
 	if err := q.s.fs.SetLock(q.ctx, ls.ino, l, false); err != nil {
 		q.dropFresh(ls, fresh)
-		if errors.Is(err, locks.ErrWouldBlock) {
+		switch {
+		case errors.Is(err, locks.ErrWouldBlock) && a.Reclaim:
+			// A lock held before the restart conflicts with one granted
+			// since: NFS4ERR_DENIED would have the client retry what
+			// cannot succeed (see grace.go).
+			return fail(nfsv4.NFS4ERR_RECLAIM_CONFLICT)
+		case errors.Is(err, locks.ErrWouldBlock):
 			return &nfsv4.Lock4res_NFS4ERR_DENIED{Denied: q.s.denied(q.ctx, ls.ino, l)}
 		}
 		return fail(statusOf(err))
+	}
+	if a.Reclaim {
+		// Another server may have dropped the earlier run's locks on the
+		// file between the check above and this grant: then this grant
+		// is taken back (with whatever the lock-owner held in the range
+		// before, in this rare race).
+		if dropped, err := q.s.locksDropped(q.ctx, ls.ino); err != nil || dropped {
+			un := l
+			un.Kind = locks.Unlock
+			if uerr := q.s.fs.SetLock(q.ctx, ls.ino, un, false); uerr != nil {
+				q.s.log.Warn("take back a reclaimed lock", "ino", ls.ino, "err", uerr)
+			}
+			q.dropFresh(ls, fresh)
+			if err != nil {
+				return fail(statusOf(err))
+			}
+			return fail(nfsv4.NFS4ERR_NO_GRACE)
+		}
 	}
 	t.mu.Lock()
 	if !fresh {
@@ -297,4 +330,36 @@ func (q *request) releaseLockowner(o *nfsv4.StateOwner4) nfsv4.Nfsstat4 {
 	}
 	t.mu.Unlock()
 	return nfsv4.NFS4_OK
+}
+
+// locksDropped reports whether another server of the file system dropped
+// the locks of this server's earlier run on ino (meta's LocksDropped).
+func (s *Server) locksDropped(ctx context.Context, ino vfs.Ino) (bool, error) {
+	if !s.fs.Shared() {
+		return false, nil
+	}
+	return s.fs.Meta().LocksDropped(ctx, ino, s.identity)
+}
+
+// lockReclaimable checks a lock reclaim of l on ino beyond the grace
+// period's rules (grace.go): where another server dropped the earlier
+// run's locks, it may have granted, and released, a conflicting lock
+// since, so the reclaim is refused: NFS4ERR_RECLAIM_CONFLICT if a
+// conflicting lock is held now, else NFS4ERR_NO_GRACE.
+func (s *Server) lockReclaimable(ctx context.Context, ino vfs.Ino, l locks.Lock) nfsv4.Nfsstat4 {
+	dropped, err := s.locksDropped(ctx, ino)
+	if err != nil {
+		return statusOf(err)
+	}
+	if !dropped {
+		return nfsv4.NFS4_OK
+	}
+	_, conflict, err := s.fs.TestLock(ctx, ino, l)
+	switch {
+	case err != nil:
+		return statusOf(err)
+	case conflict:
+		return nfsv4.NFS4ERR_RECLAIM_CONFLICT
+	}
+	return nfsv4.NFS4ERR_NO_GRACE
 }

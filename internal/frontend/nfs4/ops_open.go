@@ -61,6 +61,9 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	}
 	if st != nfsv4.NFS4_OK {
 		t.mu.Unlock()
+		if reclaim && st == nfsv4.NFS4ERR_NO_GRACE {
+			q.s.explainRefusedReclaim(q.ctx, cl)
+		}
 		return fail(st)
 	}
 	t.mu.Unlock()
@@ -128,6 +131,13 @@ func (q *request) open(a *nfsv4.Open4args) nfsv4.Open4res {
 	}
 
 	sid, confirm, st := q.s.addOpen(q.ctx, oo, ino, access, deny, h)
+	if st == nfsv4.NFS4ERR_SHARE_DENIED && reclaim {
+		// The open the client held before the restart conflicts with one
+		// granted since (here, or on another server of the file system):
+		// a retry would not help, and one of the two clients claims more
+		// than it held (RFC 8881 15.1.9.5; RFC 7530 names the same error).
+		st = nfsv4.NFS4ERR_RECLAIM_CONFLICT
+	}
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}

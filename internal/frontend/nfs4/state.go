@@ -76,6 +76,10 @@ type client struct {
 	granting int
 	// reclaimDone: 4.1 RECLAIM_COMPLETE was sent.
 	reclaimDone bool
+	// reclaimExplained: a refused reclaim of the client was looked up
+	// among the other servers' records (explainRefusedReclaim), which is
+	// done once.
+	reclaimExplained bool
 
 	// 4.1: the csa_sequence the next CREATE_SESSION carries, and the
 	// reply to the last one, for a retransmission.
