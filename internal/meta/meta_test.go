@@ -399,9 +399,9 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 		out.UnfinishedWrite != in.UnfinishedWrite {
 		t.Fatalf("round trip: %+v", out)
 	}
-	// Records an earlier bucketfs wrote end before UnfinishedWrite, or
-	// before Unexported too.
-	full := in.encode(nil)
+	// Version 2 records an earlier bucketfs wrote end before
+	// UnfinishedWrite, or before Unexported too.
+	full := in.encodeV2(nil)
 	noUnfinished := len(full) - len(binary.AppendVarint(nil, in.UnfinishedWrite))
 	legacy := noUnfinished - len(binary.AppendVarint(nil, in.Unexported))
 	if out, err := decodeInode(full[:noUnfinished]); err != nil || out.UnfinishedWrite != 0 || out.Unexported != in.Unexported {
@@ -424,7 +424,7 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 		if dirty {
 			in.Gen = 4
 		}
-		enc := in.encode(nil)
+		enc := in.encodeV2(nil)
 		// Without Unexported and UnfinishedWrite (both 0 here, a byte each).
 		out, err := decodeInode(enc[:len(enc)-2*len(binary.AppendVarint(nil, 0))])
 		if err != nil {
