@@ -105,6 +105,11 @@ type Inode struct {
 	// the file's writes are finished. A flush does not export the file
 	// from a state with one, for up to PieceGrace (sync.Exporter.Flush).
 	UnfinishedWrite int64
+
+	// link is one name of the inode kept in its own record instead of a
+	// link record (l<ino><parent><name>) of its own; Parent 0 when the
+	// record holds none. See addLink for the invariant.
+	link Link
 }
 
 // Type returns the file type bits of the mode.

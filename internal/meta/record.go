@@ -36,7 +36,9 @@ var ErrOldFormat = errors.New("meta: the state directory was made by an older bu
 const (
 	fMtimeSeconds    = 1 << iota // Mtime is written in whole seconds
 	fFlags                       // Flags != 0
+	fLink                        // link.Parent != 0: link.Parent, link.Name
 	fBase                        // Base is not the zero Object
+	fBaseKeyName                 // Base.Key ends with link.Name: written without it
 	fKeys                        // len(Keys) > 0
 	fSize                        // Size != 0
 	fUid                         // Uid != 0
@@ -57,9 +59,11 @@ const (
 )
 
 // encode writes the inode as a version 3 record: the version byte, Ino,
-// Mode, the field mask, Mtime, then each field the mask names. Base.Size
-// is written as its difference from Size (an imported file's are equal),
-// and a Keys entry equal to Base as the single byte 0.
+// Mode, the field mask, Mtime, then each field the mask names. Base.Key is
+// written without its end when that is the name the record holds (an
+// imported file's key ends with its name), Base.Size as its difference
+// from Size (an imported file's are equal), and a Keys entry equal to Base
+// as the single byte 0.
 func (in *Inode) encode(b []byte) []byte {
 	var mask uint64
 	set := func(bit uint64, present bool) {
@@ -69,7 +73,9 @@ func (in *Inode) encode(b []byte) []byte {
 	}
 	set(fMtimeSeconds, in.Mtime%1e9 == 0)
 	set(fFlags, in.Flags != 0)
+	set(fLink, in.link.Parent != 0)
 	set(fBase, in.Base != Object{})
+	set(fBaseKeyName, in.link.Parent != 0 && in.link.Name != "" && strings.HasSuffix(in.Base.Key, in.link.Name))
 	set(fKeys, len(in.Keys) > 0)
 	set(fSize, in.Size != 0)
 	set(fUid, in.Uid != 0)
@@ -100,8 +106,16 @@ func (in *Inode) encode(b []byte) []byte {
 	if mask&fFlags != 0 {
 		b = binary.AppendUvarint(b, uint64(in.Flags))
 	}
+	if mask&fLink != 0 {
+		b = binary.AppendUvarint(b, uint64(in.link.Parent))
+		b = appendString(b, in.link.Name)
+	}
 	if mask&fBase != 0 {
-		b = appendString(b, in.Base.Key)
+		key := in.Base.Key
+		if mask&fBaseKeyName != 0 {
+			key = key[:len(key)-len(in.link.Name)]
+		}
+		b = appendString(b, key)
 		b = in.Base.encodeVersion(b)
 		b = binary.AppendVarint(b, in.Base.Size-in.Size) // wraps, as decode does
 	}
@@ -424,9 +438,16 @@ func decodeV3(b []byte) (Inode, error) {
 	if mask&fFlags != 0 {
 		in.Flags = Flags(d.uvarint())
 	}
+	if mask&fLink != 0 {
+		in.link.Parent = Ino(d.uvarint())
+		in.link.Name = d.string()
+	}
 	var baseSize int64
 	if mask&fBase != 0 {
 		in.Base.Key = d.string()
+		if mask&fBaseKeyName != 0 {
+			in.Base.Key += in.link.Name
+		}
 		d.version(&in.Base)
 		baseSize = d.varint()
 	}

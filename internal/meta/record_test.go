@@ -99,7 +99,7 @@ func TestRecordsOfVersion2StillDecode(t *testing.T) {
 	seed := seedOf(t)
 	r := rand.New(rand.NewPCG(seed, 0))
 	for range 20000 {
-		in := randomInode(r)
+		in := randomInode(r, false) // version 2 kept no link in the record
 		out, err := decodeInode(in.encodeV2(nil))
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
@@ -142,7 +142,7 @@ func TestVersion3RoundTripsRandomInodes(t *testing.T) {
 	seed := seedOf(t)
 	r := rand.New(rand.NewPCG(seed, 0))
 	for range 50000 {
-		in := randomInode(r)
+		in := randomInode(r, true)
 		b := in.encode(nil)
 		out, err := decodeInode(b)
 		if err != nil {
@@ -222,7 +222,7 @@ func seedOf(t *testing.T) uint64 {
 // randomInode makes an inode whose fields take their usual values, each
 // other's values and the edges of their types often, and anything else
 // sometimes.
-func randomInode(r *rand.Rand) Inode {
+func randomInode(r *rand.Rand, withLink bool) Inode {
 	i64 := func() int64 {
 		switch r.IntN(8) {
 		case 0, 1:
@@ -325,6 +325,12 @@ func randomInode(r *rand.Rand) Inode {
 	}
 	if r.IntN(3) == 0 {
 		in.Backed = i64()
+	}
+	if withLink && r.IntN(3) > 0 {
+		in.link = Link{Parent: Ino(u64() | 1), Name: str()}
+		if r.IntN(2) == 0 && in.Base != (Object{}) {
+			in.Base.Key += in.link.Name
+		}
 	}
 	if r.IntN(2) == 0 {
 		in.Base.Size = in.Size
