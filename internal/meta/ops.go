@@ -455,10 +455,11 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 	}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		return r.Scan(lower, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			if len(v) < 9 {
+			ino, typ, ok := decodeEntry(v)
+			if !ok {
 				return true
 			}
-			out = append(out, Entry{Name: string(k[len(prefix):]), Ino: Ino(kv.Uint64(v)), Type: uint32(v[8]) << 12})
+			out = append(out, Entry{Name: string(k[len(prefix):]), Ino: ino, Type: typ})
 			return len(out) < limit
 		})
 	})
@@ -490,7 +491,7 @@ func links(r kv.Reader, ino Ino) (out []Link, err error) {
 	v, err := r.Get(inodeKey(ino))
 	switch {
 	case err == nil:
-		in, err := decodeInode(v)
+		in, err := decodeInode(ino, v)
 		if err != nil {
 			return nil, err
 		}

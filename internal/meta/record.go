@@ -39,8 +39,9 @@ const (
 	fLink                        // link.Parent != 0: link.Parent, link.Name
 	fBase                        // Base is not the zero Object
 	fBaseKeyName                 // Base.Key ends with link.Name: written without it
-	fKeys                        // len(Keys) > 0
+	fKeysAreBase                 // Keys is Base alone: nothing written
 	fSize                        // Size != 0
+	fKeys                        // len(Keys) > 0, and not Base alone
 	fUid                         // Uid != 0
 	fGid                         // Gid != 0
 	fGen                         // Gen != 0
@@ -58,12 +59,14 @@ const (
 	fUnfinishedWrite             // UnfinishedWrite != 0
 )
 
-// encode writes the inode as a version 3 record: the version byte, Ino,
-// Mode, the field mask, Mtime, then each field the mask names. Base.Key is
+// encode writes the inode as a version 3 record: the version byte, Mode
+// (packMode), the field mask, Mtime, then each field the mask names. Ino
+// is not written: it is the record's key (decodeInode). Base.Key is
 // written without its end when that is the name the record holds (an
 // imported file's key ends with its name), Base.Size as its difference
-// from Size (an imported file's are equal), and a Keys entry equal to Base
-// as the single byte 0.
+// from Size (an imported file's are equal), Keys that hold Base alone (an
+// imported file's) as a bit of the mask, and otherwise a Keys entry equal
+// to Base as the single byte 0.
 func (in *Inode) encode(b []byte) []byte {
 	var mask uint64
 	set := func(bit uint64, present bool) {
@@ -76,7 +79,9 @@ func (in *Inode) encode(b []byte) []byte {
 	set(fLink, in.link.Parent != 0)
 	set(fBase, in.Base != Object{})
 	set(fBaseKeyName, in.link.Parent != 0 && in.link.Name != "" && strings.HasSuffix(in.Base.Key, in.link.Name))
-	set(fKeys, len(in.Keys) > 0)
+	keysAreBase := len(in.Keys) == 1 && in.Keys[0] == in.Base
+	set(fKeysAreBase, keysAreBase)
+	set(fKeys, len(in.Keys) > 0 && !keysAreBase)
 	set(fSize, in.Size != 0)
 	set(fUid, in.Uid != 0)
 	set(fGid, in.Gid != 0)
@@ -95,8 +100,7 @@ func (in *Inode) encode(b []byte) []byte {
 	set(fUnfinishedWrite, in.UnfinishedWrite != 0)
 
 	b = append(b, inodeVersion)
-	b = binary.AppendUvarint(b, uint64(in.Ino))
-	b = binary.AppendUvarint(b, uint64(in.Mode))
+	b = binary.AppendUvarint(b, packMode(in.Mode))
 	b = binary.AppendUvarint(b, mask)
 	if mask&fMtimeSeconds != 0 {
 		b = binary.AppendVarint(b, in.Mtime/1e9)
@@ -119,6 +123,9 @@ func (in *Inode) encode(b []byte) []byte {
 		b = in.Base.encodeVersion(b)
 		b = binary.AppendVarint(b, in.Base.Size-in.Size) // wraps, as decode does
 	}
+	if mask&fSize != 0 {
+		b = binary.AppendVarint(b, in.Size)
+	}
 	if mask&fKeys != 0 {
 		b = binary.AppendUvarint(b, uint64(len(in.Keys)))
 		for _, k := range in.Keys {
@@ -131,9 +138,6 @@ func (in *Inode) encode(b []byte) []byte {
 			b = k.encodeVersion(b)
 			b = binary.AppendVarint(b, k.Size)
 		}
-	}
-	if mask&fSize != 0 {
-		b = binary.AppendVarint(b, in.Size)
 	}
 	if mask&fUid != 0 {
 		b = binary.AppendUvarint(b, uint64(in.Uid))
@@ -181,6 +185,17 @@ func (in *Inode) encode(b []byte) []byte {
 		b = binary.AppendVarint(b, in.UnfinishedWrite)
 	}
 	return b
+}
+
+// packMode puts a mode's file type (4 bits) below its permission bits (12)
+// and the rest above both: the usual modes take two bytes as a uvarint
+// (three as they are).
+func packMode(m uint32) uint64 {
+	return uint64(m>>12&0xf) | uint64(m&0o7777)<<4 | uint64(m>>16)<<16
+}
+
+func unpackMode(v uint64) uint32 {
+	return uint32(v&0xf)<<12 | uint32(v>>4&0o7777) | uint32(v>>16)<<16
 }
 
 // The forms of an ETag in a version 3 record, the first uvarint of it: a
@@ -412,12 +427,12 @@ func (d *decoder) object() Object {
 	return Object{Key: d.string(), ETag: d.string(), VersionID: d.string(), Size: d.varint()}
 }
 
-// decodeInode reads a record of version 3 or 2; one of version 1 is
-// ErrOldFormat.
-func decodeInode(b []byte) (Inode, error) {
+// decodeInode reads the record of inode ino, of version 3 or 2 (which
+// holds its number itself); one of version 1 is ErrOldFormat.
+func decodeInode(ino Ino, b []byte) (Inode, error) {
 	switch {
 	case len(b) > 0 && b[0] == inodeVersion:
-		return decodeV3(b[1:])
+		return decodeV3(ino, b[1:])
 	case len(b) > 0 && b[0] == inodeVersionV2:
 		return decodeV2(b[1:])
 	case len(b) > 0 && b[0] == 1:
@@ -426,9 +441,9 @@ func decodeInode(b []byte) (Inode, error) {
 	return Inode{}, errCorrupt
 }
 
-func decodeV3(b []byte) (Inode, error) {
+func decodeV3(ino Ino, b []byte) (Inode, error) {
 	d := decoder{b: b}
-	in := Inode{Ino: Ino(d.uvarint()), Mode: uint32(d.uvarint()), Nlink: 1}
+	in := Inode{Ino: ino, Mode: unpackMode(d.uvarint()), Nlink: 1}
 	mask := d.uvarint() // bits this version does not know name fields after its own
 	in.Mtime = d.varint()
 	if mask&fMtimeSeconds != 0 {
@@ -441,6 +456,9 @@ func decodeV3(b []byte) (Inode, error) {
 	if mask&fLink != 0 {
 		in.link.Parent = Ino(d.uvarint())
 		in.link.Name = d.string()
+		if in.link.Parent == 0 {
+			d.fail() // encode writes no link of parent 0
+		}
 	}
 	var baseSize int64
 	if mask&fBase != 0 {
@@ -451,7 +469,15 @@ func decodeV3(b []byte) (Inode, error) {
 		d.version(&in.Base)
 		baseSize = d.varint()
 	}
-	var isBase []bool // the Keys entries written as Base
+	if mask&fSize != 0 {
+		in.Size = d.varint()
+	}
+	if mask&fBase != 0 {
+		in.Base.Size = baseSize + in.Size
+	}
+	if mask&fKeysAreBase != 0 {
+		in.Keys = []Object{in.Base}
+	}
 	if mask&fKeys != 0 {
 		n := d.uvarint()
 		if n > uint64(len(d.b)) { // each key takes at least one byte
@@ -459,26 +485,14 @@ func decodeV3(b []byte) (Inode, error) {
 		}
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			h := d.uvarint()
-			isBase = append(isBase, h == 0)
 			if h == 0 {
-				in.Keys = append(in.Keys, Object{}) // Base, once its Size is known
+				in.Keys = append(in.Keys, in.Base)
 				continue
 			}
 			k := Object{Key: d.bytes(h - 1)}
 			d.version(&k)
 			k.Size = d.varint()
 			in.Keys = append(in.Keys, k)
-		}
-	}
-	if mask&fSize != 0 {
-		in.Size = d.varint()
-	}
-	if mask&fBase != 0 {
-		in.Base.Size = baseSize + in.Size
-	}
-	for i := range in.Keys {
-		if isBase[i] {
-			in.Keys[i] = in.Base
 		}
 	}
 	in.Backed = in.Size

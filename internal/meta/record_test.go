@@ -88,7 +88,7 @@ func TestRecordsOfVersion2StillDecode(t *testing.T) {
 		if got := hex.EncodeToString(fixtureInodes[i].encodeV2(nil)); got != fx {
 			t.Fatalf("the test's version 2 encoder no longer writes fixture %d:\n got %s\nwant %s", i, got, fx)
 		}
-		out, err := decodeInode(b)
+		out, err := decodeInode(fixtureInodes[i].Ino, b)
 		if err != nil {
 			t.Fatalf("fixture %d: %v", i, err)
 		}
@@ -99,8 +99,8 @@ func TestRecordsOfVersion2StillDecode(t *testing.T) {
 	seed := seedOf(t)
 	r := rand.New(rand.NewPCG(seed, 0))
 	for range 20000 {
-		in := randomInode(r, false) // version 2 kept no link in the record
-		out, err := decodeInode(in.encodeV2(nil))
+		in := randomInode(r, false)                  // version 2 kept no link in the record
+		out, err := decodeInode(0, in.encodeV2(nil)) // version 2 holds the number
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -111,28 +111,34 @@ func TestRecordsOfVersion2StillDecode(t *testing.T) {
 }
 
 func TestARecordOfVersion1IsTheOldFormat(t *testing.T) {
-	if _, err := decodeInode([]byte{1, 2, 3}); err != ErrOldFormat {
+	if _, err := decodeInode(1, []byte{1, 2, 3}); err != ErrOldFormat {
 		t.Fatalf("a version 1 record: %v", err)
 	}
 	for _, b := range [][]byte{nil, {0}, {4}, {0xff}} {
-		if _, err := decodeInode(b); err == nil || err == ErrOldFormat {
+		if _, err := decodeInode(1, b); err == nil || err == ErrOldFormat {
 			t.Errorf("record %x: %v", b, err)
 		}
 	}
 }
 
-// Version 3 writes an imported file's record in about a third of version
-// 2's bytes: the object once, its MD5 ETag and ULID version id as raw
-// bytes, the times once, the usual values not at all.
+// Version 3 writes an imported file's record, with its name, in under a
+// third of the bytes version 2 took without it: the object once, its MD5
+// ETag and ULID version id as raw bytes, the key without the name, the
+// times once, the usual values not at all.
 func TestVersion3WritesAnImportedFileShort(t *testing.T) {
 	in := fixtureInodes[0]
-	v2, v3 := len(in.encodeV2(nil)), len(in.encode(nil))
-	if v3 > 64 {
+	v2 := len(in.encodeV2(nil)) + 24 // and a link record of 24 bytes of key
+	in.link = Link{Parent: 20000, Name: "f000034"}
+	v3 := len(in.encode(nil))
+	if v3 > 61 {
 		t.Errorf("an imported file's record takes %d bytes (version 2: %d)", v3, v2)
 	}
-	t.Logf("an imported file's record: %d bytes, %d in version 2", v3, v2)
+	if out, err := decodeInode(in.Ino, in.encode(nil)); err != nil || !reflect.DeepEqual(out, in) {
+		t.Errorf("%+v decodes as %+v, %v", in, out, err)
+	}
+	t.Logf("an imported file's record: %d bytes, %d in version 2 with its link record's key", v3, v2)
 	for _, in := range fixtureInodes {
-		if out, err := decodeInode(in.encode(nil)); err != nil || !reflect.DeepEqual(out, in) {
+		if out, err := decodeInode(in.Ino, in.encode(nil)); err != nil || !reflect.DeepEqual(out, in) {
 			t.Errorf("%+v decodes as %+v, %v", in, out, err)
 		}
 	}
@@ -144,7 +150,7 @@ func TestVersion3RoundTripsRandomInodes(t *testing.T) {
 	for range 50000 {
 		in := randomInode(r, true)
 		b := in.encode(nil)
-		out, err := decodeInode(b)
+		out, err := decodeInode(in.Ino, b)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -153,7 +159,7 @@ func TestVersion3RoundTripsRandomInodes(t *testing.T) {
 		}
 		for _, n := range []int{1, 2, len(b) / 2, len(b) - 1} {
 			if n < len(b) {
-				if _, err := decodeInode(b[:n]); err == nil {
+				if _, err := decodeInode(in.Ino, b[:n]); err == nil {
 					t.Fatalf("seed %d: the first %d bytes of %d of the record of %+v decode", seed, n, len(b), in)
 				}
 			}
@@ -165,7 +171,7 @@ func TestEveryPrefixOfAVersion3RecordIsCorrupt(t *testing.T) {
 	for _, in := range fixtureInodes {
 		b := in.encode(nil)
 		for n := range len(b) {
-			if _, err := decodeInode(b[:n]); err == nil {
+			if _, err := decodeInode(in.Ino, b[:n]); err == nil {
 				t.Errorf("the first %d bytes of %d of the record of %+v decode", n, len(b), in)
 			}
 		}
@@ -177,16 +183,15 @@ func TestEveryPrefixOfAVersion3RecordIsCorrupt(t *testing.T) {
 func TestVersion3IgnoresFieldsAddedAfterIt(t *testing.T) {
 	in := fixtureInodes[1]
 	b := in.encode(nil)
-	// The mask follows the version byte, Ino and Mode.
-	_, n1 := binary.Uvarint(b[1:])
-	_, n2 := binary.Uvarint(b[1+n1:])
-	at := 1 + n1 + n2
+	// The mask follows the version byte and Mode.
+	_, n := binary.Uvarint(b[1:])
+	at := 1 + n
 	mask, n3 := binary.Uvarint(b[at:])
 	later := append([]byte(nil), b[:at]...)
 	later = binary.AppendUvarint(later, mask|fUnfinishedWrite<<1)
 	later = append(later, b[at+n3:]...)
 	later = binary.AppendUvarint(later, 12345)
-	out, err := decodeInode(later)
+	out, err := decodeInode(in.Ino, later)
 	if err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("%+v, %v", out, err)
 	}
@@ -198,12 +203,12 @@ func FuzzDecodeInode(f *testing.F) {
 		f.Add(in.encodeV2(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		in, err := decodeInode(b)
+		in, err := decodeInode(7, b)
 		if err != nil {
 			return
 		}
 		// Whatever decodes, encodes to a record that decodes the same.
-		out, err := decodeInode(in.encode(nil))
+		out, err := decodeInode(in.Ino, in.encode(nil))
 		if err != nil || !reflect.DeepEqual(out, in) {
 			t.Fatalf("%x decodes as %+v; encoded again, as %+v, %v", b, in, out, err)
 		}

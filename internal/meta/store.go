@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,7 +22,7 @@ import (
 //	c/fsid                      file system id (hex)
 //	c/next                      first inode number no Store has claimed
 //	i<ino>                      inode record
-//	d<parent><name>             directory entry: child ino + type byte
+//	d<parent><name>             directory entry: child ino + type byte (appendEntry)
 //	l<ino><parent><name>        link record (empty value): a name of ino besides the one its record holds (addLink)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
@@ -395,7 +396,7 @@ func (s *Store) getInode(r kv.Reader, ino Ino) (Inode, error) {
 	if err != nil {
 		return Inode{}, err
 	}
-	in, err := decodeInode(v)
+	in, err := decodeInode(ino, v)
 	if err != nil {
 		return Inode{}, err
 	}
@@ -423,10 +424,40 @@ func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(v) < 8 {
+	ino, _, ok := decodeEntry(v)
+	if !ok {
 		return 0, errCorrupt
 	}
-	return Ino(kv.Uint64(v)), nil
+	return ino, nil
+}
+
+// appendEntry appends the value of a directory entry of child, an inode
+// of file type typ: child as a uvarint, then typ>>12 in one byte. A child
+// whose uvarint would take 8 bytes or more has the value bucketfs wrote
+// before: child in 8 bytes big-endian, then the type byte. So a value of
+// 9 bytes is that form, a shorter one this (decodeEntry).
+func appendEntry(b []byte, child Ino, typ uint32) []byte {
+	if child < 1<<49 { // a uvarint of at most 7 bytes
+		b = binary.AppendUvarint(b, uint64(child))
+	} else {
+		b = kv.AppendUint64(b, uint64(child))
+	}
+	return append(b, byte(typ>>12))
+}
+
+// decodeEntry reads the value appendEntry wrote (or bucketfs before it).
+func decodeEntry(v []byte) (child Ino, typ uint32, ok bool) {
+	if len(v) == 9 {
+		return Ino(kv.Uint64(v)), uint32(v[8]) << 12, true
+	}
+	if len(v) < 2 {
+		return 0, 0, false
+	}
+	c, n := binary.Uvarint(v[:len(v)-1])
+	if n != len(v)-1 {
+		return 0, 0, false
+	}
+	return Ino(c), uint32(v[len(v)-1]) << 12, true
 }
 
 // putEntry adds the name parent/name of child: its directory entry, and
@@ -453,9 +484,7 @@ func (s *Store) putEntry(tx kv.Txn, parent Ino, name string, child *Inode) error
 // key; stores written before hold link records only, and both are read
 // (links).
 func addLink(tx kv.Txn, parent Ino, name string, child *Inode) (inRecord bool, err error) {
-	v := kv.AppendUint64(make([]byte, 0, 9), uint64(child.Ino))
-	v = append(v, byte(child.Type()>>12))
-	if err := tx.Set(entryKey(parent, name), v); err != nil {
+	if err := tx.Set(entryKey(parent, name), appendEntry(make([]byte, 0, 9), child.Ino, child.Type())); err != nil {
 		return false, err
 	}
 	if child.link.Parent == 0 {
