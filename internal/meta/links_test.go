@@ -66,7 +66,12 @@ func loadDump(t *testing.T, dir, path string) {
 // checkNames checks the invariant of addLink over the whole store: the
 // names links returns of each inode are exactly the directory entries that
 // name it, each once, and a file's Nlink counts them.
-func checkNames(t *testing.T, s *Store) {
+func checkNames(t *testing.T, s *Store) { checkNamesOf(t, s, false) }
+
+// checkNamesOf is checkNames; with newOnly, for a store this version made,
+// it checks as well that every directory with a name has it in its
+// record and no link record.
+func checkNamesOf(t *testing.T, s *Store, newOnly bool) {
 	t.Helper()
 	want := map[Ino][]Link{}
 	var inos []Ino
@@ -105,6 +110,19 @@ func checkNames(t *testing.T, s *Store) {
 			}
 			if !in.IsDir() && int(in.Nlink) != len(w) {
 				t.Errorf("inode %d has Nlink %d and %d names", ino, in.Nlink, len(w))
+			}
+			n := 0
+			if err := r.Scan(linkPrefix(ino), kv.PrefixEnd(linkPrefix(ino)), func(k, v []byte) bool {
+				n++
+				return true
+			}); err != nil {
+				return err
+			}
+			if in.IsDir() && in.link.Parent != 0 && n > 0 {
+				t.Errorf("directory %d has its name %v in its record and %d link records", ino, in.link, n)
+			}
+			if in.IsDir() && len(w) > 0 && newOnly && (in.link.Parent == 0 || n > 0) {
+				t.Errorf("directory %d of a new store has the name %v in its record and %d link records", ino, in.link, n)
 			}
 		}
 		return nil
@@ -349,10 +367,10 @@ func TestRandomNameChangesKeepEveryInodesNamesItsEntries(t *testing.T) {
 			done[kind]++
 		}
 		if i%50 == 0 {
-			checkNames(t, s)
+			checkNamesOf(t, s, true)
 		}
 	}
-	checkNames(t, s)
+	checkNamesOf(t, s, true)
 	t.Logf("steps that changed something, by kind: %v", done)
 	for kind, n := range done {
 		if n == 0 {

@@ -496,6 +496,9 @@ func links(r kv.Reader, ino Ino) (out []Link, err error) {
 			return nil, err
 		}
 		inRecord = in.link
+		if inRecord.Parent != 0 && in.IsDir() {
+			return []Link{inRecord}, nil // its only name (addLink)
+		}
 	case !errors.Is(err, kv.ErrNotFound):
 		return nil, err
 	}

@@ -164,6 +164,15 @@ func (s *Store) exchange(tx kv.Txn, op *Inode, a string, np *Inode, b string, x,
 		if _, err := dropLink(tx, e.parent.Ino, e.name, e.old); err != nil {
 			return err
 		}
+	}
+	// Both names are gone before either is added, so that each goes to
+	// its inode's record if it held the one it lost there (a directory's
+	// one name always does: addLink).
+	for _, e := range []struct {
+		parent *Inode
+		name   string
+		new    *Inode
+	}{{op, a, y}, {np, b, x}} {
 		if _, err := addLink(tx, e.parent.Ino, e.name, e.new); err != nil {
 			return err
 		}

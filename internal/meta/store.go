@@ -482,7 +482,9 @@ func (s *Store) putEntry(tx kv.Txn, parent Ino, name string, child *Inode) error
 // first name in its record, so that a file with one name, the usual case,
 // costs no row besides its record, its directory entry and its object
 // key; stores written before hold link records only, and both are read
-// (links).
+// (links). A directory has one name: when its record holds it, it has no
+// link record (its name leaves the record only by dropLink, and the next
+// addLink of it puts one back there), so links reads no link records of it.
 func addLink(tx kv.Txn, parent Ino, name string, child *Inode) (inRecord bool, err error) {
 	if err := tx.Set(entryKey(parent, name), appendEntry(make([]byte, 0, 9), child.Ino, child.Type())); err != nil {
 		return false, err
