@@ -33,6 +33,32 @@ type Reader interface {
 	// Inside an Update, Scan sees the transaction's writes made before Scan
 	// was called, but not those fn makes while the scan runs.
 	Scan(lower, upper []byte, fn func(k, v []byte) bool) error
+
+	// Prefetch says that keys are about to be read with Get. A store whose
+	// reads cross a network (PostgreSQL) reads them all now, in one request,
+	// and answers their Gets from what it read; a store whose reads are
+	// local (Pebble) does nothing. It never changes what a Get returns: the
+	// values are those of the Reader's state, merged in a Txn with its own
+	// writes at the time of the Get. A key prefetched and never read may
+	// still count as read (for a serializable store's conflict checks), so
+	// callers prefetch only keys they will read. The error is a failed read,
+	// as Get's would be.
+	Prefetch(keys ...[]byte) error
+
+	// PrefetchRef is Prefetch of ref, of keys, and of the key ref's value
+	// names: prefix followed by the first n bytes of that value (none when
+	// ref has no value or a shorter one). An index entry and the record it
+	// points to are read in one request.
+	PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error
+}
+
+// RefKey is the key that value names for PrefetchRef(ref, prefix, n):
+// prefix followed by value[:n], or nil when value is shorter than n.
+func RefKey(prefix []byte, n int, value []byte) []byte {
+	if len(value) < n {
+		return nil
+	}
+	return append(append(make([]byte, 0, len(prefix)+n), prefix...), value[:n]...)
 }
 
 // Txn is a read-write transaction. Its reads see its own writes.

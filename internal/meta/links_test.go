@@ -388,29 +388,3 @@ func isExpected(err error) bool {
 	}
 	return false
 }
-
-// A directory entry's value is the child's number as a uvarint and its
-// type, or, for a number of 8 bytes or more as a uvarint, the form
-// bucketfs wrote before (8 bytes, then the type), which reads as before.
-func TestEntryValuesOfBothFormsDecode(t *testing.T) {
-	for _, ino := range []Ino{1, 127, 128, 20000, 1<<49 - 1, 1 << 49, 1<<64 - 1} {
-		for _, typ := range []uint32{syscall.S_IFREG, syscall.S_IFDIR, syscall.S_IFLNK} {
-			v := appendEntry(nil, ino, typ)
-			if got, gotTyp, ok := decodeEntry(v); !ok || got != ino || gotTyp != typ {
-				t.Errorf("%d, %o: %x decodes as %d, %o, %v", ino, typ, v, got, gotTyp, ok)
-			}
-			if ino < 1<<49 && len(v) >= 9 {
-				t.Errorf("%d: %d bytes", ino, len(v))
-			}
-			old := append(kv.AppendUint64(nil, uint64(ino)), byte(typ>>12))
-			if got, gotTyp, ok := decodeEntry(old); !ok || got != ino || gotTyp != typ {
-				t.Errorf("%d, %o: the old value %x decodes as %d, %o, %v", ino, typ, old, got, gotTyp, ok)
-			}
-		}
-	}
-	for _, v := range [][]byte{nil, {8}, {0x80, 8}, {0x80, 0x80, 8}, {1, 2, 8}} {
-		if _, _, ok := decodeEntry(v); ok {
-			t.Errorf("%x decodes", v)
-		}
-	}
-}

@@ -48,9 +48,16 @@ func (s *Store) Get(ctx context.Context, ino Ino) (in Inode, err error) {
 }
 
 // GetMany returns the inodes numbered inos that exist, in one read
-// transaction.
+// transaction (one round trip on PostgreSQL).
 func (s *Store) GetMany(ctx context.Context, inos []Ino) (out []Inode, err error) {
+	keys := make([][]byte, len(inos))
+	for i, ino := range inos {
+		keys[i] = inodeKey(ino)
+	}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if err := r.Prefetch(keys...); err != nil {
+			return err
+		}
 		out = out[:0]
 		for _, ino := range inos {
 			in, err := s.getInode(r, ino)
@@ -73,6 +80,9 @@ func (s *Store) GetMany(ctx context.Context, inos []Ino) (out []Inode, err error
 // child is err (ENOENT) with dir read.
 func (s *Store) LookupIn(ctx context.Context, parent Ino, name string) (dir, in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if err := prefetchEntry(r, parent, name, inodeKey(parent)); err != nil {
+			return err
+		}
 		if dir, err = s.getInode(r, parent); err != nil {
 			return err
 		}
@@ -92,6 +102,9 @@ func (s *Store) LookupIn(ctx context.Context, parent Ino, name string) (dir, in 
 // Lookup returns the child named name in directory parent.
 func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
+		if err := prefetchEntry(r, parent, name); err != nil {
+			return err
+		}
 		ino, err := getEntry(r, parent, name)
 		if err != nil {
 			return err
@@ -103,6 +116,13 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (in Inode, 
 		return Inode{}, fmt.Errorf("lookup %q in %d: %w", name, parent, err)
 	}
 	return in, nil
+}
+
+// prefetchEntry reads ahead the entry name of parent, the inode it names
+// (an entry's value begins with the inode's number) and keys, in one
+// round trip on PostgreSQL.
+func prefetchEntry(r kv.Reader, parent Ino, name string, keys ...[]byte) error {
+	return r.PrefetchRef(entryKey(parent, name), []byte{pInode}, 8, keys...)
 }
 
 // Check is called inside a transaction with the current state of the
@@ -136,17 +156,34 @@ func (s *Store) create1(ctx context.Context, parent Ino, name string, tmpl Inode
 	if err := s.reserveInos(ctx, 1); err != nil {
 		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
 	}
+	// The number is taken before the transaction, so that its first read
+	// fetches every key the create reads: the parent, the name and the
+	// export queue's counter cell (one round trip on PostgreSQL). A
+	// create that fails leaves the number unused, which costs nothing;
+	// when other creates took the numbers reserveInos made sure of (0
+	// here), createIn claims one in the transaction.
+	ino, _ := s.inos.take()
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		keys := [][]byte{inodeKey(parent), entryKey(parent, name)}
+		if ino != 0 && !tmpl.Has(NoExport) {
+			keys = append(keys, s.cell(queuedCounter, ino))
+		}
+		if err := tx.Prefetch(keys...); err != nil {
+			return err
+		}
 		p, err := s.getInode(tx, parent)
 		if err != nil {
 			return err
 		}
 		child := tmpl
 		if check != nil {
+			// Before the number is set: a Check tells a new inode
+			// (Ino 0) from an existing one (Link's).
 			if err := check(&p, &child); err != nil {
 				return err
 			}
 		}
+		child.Ino = ino
 		if in, err = s.createIn(tx, &p, name, child); err != nil || !open {
 			return err
 		}
@@ -163,10 +200,13 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 	if err != nil {
 		return Inode{}, err
 	}
+	in.Ino = 0
 	return s.createIn(tx, &p, name, in)
 }
 
-// createIn is create with the parent p already read in tx.
+// createIn is create with the parent p already read in tx. in.Ino is the
+// new inode's number if the caller took one from the Store's range
+// (inos.take); 0 has createIn give out one (allocIno).
 func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, error) {
 	parent := p.Ino
 	if !p.IsDir() {
@@ -180,9 +220,11 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 	} else if !errors.Is(err, syscall.ENOENT) {
 		return Inode{}, err
 	}
-	var err error
-	if in.Ino, err = s.allocIno(tx); err != nil {
-		return Inode{}, err
+	if in.Ino == 0 {
+		var err error
+		if in.Ino, err = s.allocIno(tx); err != nil {
+			return Inode{}, err
+		}
 	}
 	in.link = Link{} // a new inode: no name yet, whatever in was copied from
 	now := s.now()
@@ -209,7 +251,7 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 	if _, err := addLink(tx, parent, name, &in); err != nil {
 		return Inode{}, err
 	}
-	if err := s.putInode(tx, &in); err != nil {
+	if err := s.putNewInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
 	return in, nil

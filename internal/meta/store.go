@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,7 +21,7 @@ import (
 //	c/fsid                      file system id (hex)
 //	c/next                      first inode number no Store has claimed
 //	i<ino>                      inode record
-//	d<parent><name>             directory entry: child ino + type byte (appendEntry)
+//	d<parent><name>             directory entry: child ino + type byte
 //	l<ino><parent><name>        link record (empty value): a name of ino besides the one its record holds (addLink)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
@@ -415,6 +414,19 @@ func (s *Store) putInode(tx kv.Txn, in *Inode) error {
 	return tx.Set(inodeKey(in.Ino), in.encode(nil))
 }
 
+// putNewInode is putInode for an inode whose number nothing held (a new
+// one: allocIno and inos.take give out numbers no record has, see
+// counters.go): its usage is added to the counters whole, with no read
+// of an earlier record.
+func (s *Store) putNewInode(tx kv.Txn, in *Inode) error {
+	if in.IsRegular() {
+		if err := s.addUsage(tx, in.Ino, usageOf(in)); err != nil {
+			return err
+		}
+	}
+	return tx.Set(inodeKey(in.Ino), in.encode(nil))
+}
+
 // getEntry returns the child named name in parent.
 func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
 	v, err := r.Get(entryKey(parent, name))
@@ -424,40 +436,25 @@ func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
 	if err != nil {
 		return 0, err
 	}
-	ino, _, ok := decodeEntry(v)
-	if !ok {
+	if len(v) < 8 {
 		return 0, errCorrupt
 	}
-	return ino, nil
+	return Ino(kv.Uint64(v)), nil
 }
 
 // appendEntry appends the value of a directory entry of child, an inode
-// of file type typ: child as a uvarint, then typ>>12 in one byte. A child
-// whose uvarint would take 8 bytes or more has the value bucketfs wrote
-// before: child in 8 bytes big-endian, then the type byte. So a value of
-// 9 bytes is that form, a shorter one this (decodeEntry).
+// of file type typ: child in 8 bytes big-endian (what prefetchEntry reads
+// ahead by), then typ>>12 in one byte.
 func appendEntry(b []byte, child Ino, typ uint32) []byte {
-	if child < 1<<49 { // a uvarint of at most 7 bytes
-		b = binary.AppendUvarint(b, uint64(child))
-	} else {
-		b = kv.AppendUint64(b, uint64(child))
-	}
-	return append(b, byte(typ>>12))
+	return append(kv.AppendUint64(b, uint64(child)), byte(typ>>12))
 }
 
-// decodeEntry reads the value appendEntry wrote (or bucketfs before it).
+// decodeEntry reads the value appendEntry wrote.
 func decodeEntry(v []byte) (child Ino, typ uint32, ok bool) {
-	if len(v) == 9 {
-		return Ino(kv.Uint64(v)), uint32(v[8]) << 12, true
-	}
-	if len(v) < 2 {
+	if len(v) < 9 {
 		return 0, 0, false
 	}
-	c, n := binary.Uvarint(v[:len(v)-1])
-	if n != len(v)-1 {
-		return 0, 0, false
-	}
-	return Ino(c), uint32(v[len(v)-1]) << 12, true
+	return Ino(kv.Uint64(v)), uint32(v[8]) << 12, true
 }
 
 // putEntry adds the name parent/name of child: its directory entry, and

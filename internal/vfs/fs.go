@@ -179,6 +179,26 @@ func (fs *FS) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	return fs.meta.Get(ctx, ino)
 }
 
+// AttrsOf returns the attributes of the inodes of a listing's entries, by
+// number, read together (one round trip on PostgreSQL): a listing with
+// attributes. An inode removed since the listing was read is missing.
+func (fs *FS) AttrsOf(ctx context.Context, ents []DirEntry) (map[Ino]Attr, error) {
+	fs.counters.metaOps.Add(1)
+	inos := make([]Ino, len(ents))
+	for i, e := range ents {
+		inos[i] = e.Ino
+	}
+	got, err := fs.meta.GetMany(ctx, inos)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Ino]Attr, len(got))
+	for _, a := range got {
+		out[a.Ino] = a
+	}
+	return out, nil
+}
+
 // Lookup finds name in directory parent, importing the directory's listing
 // from the bucket on first access.
 func (fs *FS) Lookup(ctx context.Context, c Cred, parent Ino, name string) (Attr, error) {

@@ -79,6 +79,10 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		}
 		off++
 	}
+	// The attributes of READDIRPLUS are read a batch of entries at a
+	// time, for this call only: what it answers is as fresh as a LOOKUP.
+	var attrs map[vfs.Ino]vfs.Attr
+	attrsEnd := 0 // entries before it are in attrs, if they exist
 	for {
 		i := int(off - 2)
 		if i >= len(d.entries) {
@@ -100,8 +104,15 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		ent := d.entries[i]
 		e := fuse.DirEntry{Name: ent.Name, Mode: ent.Type, Ino: uint64(ent.Ino), Off: off + 1}
 		if plus {
-			a, err := s.fs.GetAttr(ctx, ent.Ino)
-			if err != nil {
+			if i >= attrsEnd {
+				var err error
+				attrsEnd = min(i+plusBatch, len(d.entries))
+				if attrs, err = s.fs.AttrsOf(ctx, d.entries[i:attrsEnd]); err != nil {
+					return status(err)
+				}
+			}
+			a, ok := attrs[ent.Ino]
+			if !ok {
 				off++ // removed meanwhile
 				continue
 			}
@@ -117,3 +128,7 @@ func (s *server) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		off++
 	}
 }
+
+// plusBatch is how many entries' attributes READDIRPLUS reads at once:
+// about what one reply of the kernel's buffer holds.
+const plusBatch = 64

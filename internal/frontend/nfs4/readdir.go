@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"sync"
+	"syscall"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -161,16 +162,22 @@ fill:
 		if err != nil {
 			return fail(statusOf(err))
 		}
+		// The batch's attributes in one read (one round trip on
+		// PostgreSQL), not one read per entry.
+		batch, err := q.s.fs.AttrsOf(q.ctx, ents)
+		if err != nil {
+			return fail(statusOf(err))
+		}
 		for _, e := range ents {
 			after = e.Name
-			at, err := q.s.fs.GetAttr(q.ctx, e.Ino)
+			at, ok := batch[e.Ino]
 			var attrs nfsv4.Fattr4
-			if err != nil {
+			if !ok { // removed meanwhile
 				if !req.has(nfsv4.FATTR4_RDATTR_ERROR) {
-					continue // removed meanwhile
+					continue
 				}
 				var b xdrBuf
-				b.u32(uint32(statusOf(err)))
+				b.u32(uint32(statusOf(syscall.ENOENT)))
 				var m attrMask
 				m.set(nfsv4.FATTR4_RDATTR_ERROR)
 				attrs = nfsv4.Fattr4{Attrmask: m.words(), AttrVals: b}

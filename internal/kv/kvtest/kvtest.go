@@ -34,6 +34,8 @@ var Behaviors = []struct {
 	{"ConcurrentUpdatesAreSerializable", testConcurrentCounter},
 	{"ConcurrentUpdatesNeverWriteSkew", testNoWriteSkew},
 	{"RandomUpdatesMatchAModel", testRandomUpdatesMatchAModel},
+	{"PrefetchChangesNoAnswer", testPrefetch},
+	{"PrefetchRefChangesNoAnswer", testPrefetchRef},
 	{"UpdateAndViewRefuseACancelledContext", testCancelledContext},
 }
 
@@ -405,5 +407,113 @@ func testCancelledContext(t *testing.T, s kv.Store) {
 	}
 	if err := s.View(cancelled, func(r kv.Reader) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
 		t.Errorf("View(cancelled) = %v, ran=%v", err, ran)
+	}
+}
+
+// Prefetch reads ahead and changes no answer: a View's Gets after it see
+// its one state (not an Update committed in between), a missing key stays
+// missing, a returned value is a copy; in an Update, writes and deletes
+// made after the Prefetch win over what it read.
+func testPrefetch(t *testing.T, s kv.Store) {
+	Set(t, s, "a", "1", "b", "2", "c", "3")
+	ctx := context.Background()
+	err := s.View(ctx, func(r kv.Reader) error {
+		if err := r.Prefetch([]byte("a"), []byte("b"), []byte("zz"), []byte("a")); err != nil {
+			return err
+		}
+		Set(t, s, "a", "changed", "zz", "new")
+		v, err := r.Get([]byte("a"))
+		if err != nil || string(v) != "1" {
+			t.Errorf("Get(a) after Prefetch = %q, %v; want 1 (the View's state)", v, err)
+		}
+		v[0] = 'x'
+		if got := Get(t, r, "a"); got != "1" {
+			t.Errorf("Get(a) again = %q: the first Get did not return a copy", got)
+		}
+		if got := Get(t, r, "zz"); got != "<none>" {
+			t.Errorf("Get(zz) = %q, want none (missing in the View's state)", got)
+		}
+		if got := Get(t, r, "c"); got != "3" {
+			t.Errorf("Get(c) (not prefetched) = %q, want 3", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.Set([]byte("b"), []byte("mine")); err != nil {
+			return err
+		}
+		if err := tx.Prefetch([]byte("a"), []byte("b"), []byte("c"), []byte("q")); err != nil {
+			return err
+		}
+		if err := tx.Delete([]byte("a")); err != nil {
+			return err
+		}
+		if err := tx.DeleteRange([]byte("c"), []byte("d")); err != nil {
+			return err
+		}
+		if err := tx.Set([]byte("q"), []byte("set later")); err != nil {
+			return err
+		}
+		for k, want := range map[string]string{"a": "<none>", "b": "mine", "c": "<none>", "q": "set later", "zz": "new"} {
+			if got := Get(t, tx, k); got != want {
+				t.Errorf("in the Update, Get(%s) after Prefetch = %q, want %q", k, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PrefetchRef reads an index entry and what it names and changes no
+// answer: the named key, a named key that is missing, a ref that is
+// missing or too short, and in an Update a ref rewritten before the call
+// (the key its new value names is what Gets then see).
+func testPrefetchRef(t *testing.T, s kv.Store) {
+	Set(t, s, "ix/a", "01xx", "ix/short", "0", "r/01", "one", "r/02", "two", "other", "o")
+	ctx := context.Background()
+	check := func(r kv.Reader, want map[string]string) {
+		t.Helper()
+		for k, w := range want {
+			if got := Get(t, r, k); got != w {
+				t.Errorf("Get(%q) after PrefetchRef = %q, want %q", k, got, w)
+			}
+		}
+	}
+	err := s.View(ctx, func(r kv.Reader) error {
+		for _, ref := range []string{"ix/a", "ix/short", "ix/none"} {
+			if err := r.PrefetchRef([]byte(ref), []byte("r/"), 2, []byte("other")); err != nil {
+				return err
+			}
+		}
+		Set(t, s, "r/01", "changed")
+		check(r, map[string]string{"ix/a": "01xx", "r/01": "one", "ix/short": "0", "ix/none": "<none>", "other": "o", "r/0": "<none>"})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.Set([]byte("ix/a"), []byte("02")); err != nil {
+			return err
+		}
+		if err := tx.PrefetchRef([]byte("ix/a"), []byte("r/"), 2); err != nil {
+			return err
+		}
+		if err := tx.PrefetchRef([]byte("ix/b"), []byte("r/"), 2); err != nil {
+			return err
+		}
+		if err := tx.Delete([]byte("r/02")); err != nil {
+			return err
+		}
+		check(tx, map[string]string{"ix/a": "02", "r/02": "<none>", "r/01": "changed", "ix/b": "<none>"})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

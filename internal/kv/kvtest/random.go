@@ -13,8 +13,8 @@ import (
 	"bucketfs/internal/kv"
 )
 
-// Random Updates of sets, deletes, range deletes, reads and scans (with
-// bounds and early stops) over a small key space, checked against a model
+// Random Updates of sets, deletes, range deletes, reads, prefetches and
+// scans (with bounds and early stops) over a small key space, checked against a model
 // inside each Update (the writes merged over committed data) and in a
 // View after it; every third Update fails on purpose and must leave
 // nothing. The seed is printed; a failing seed replays.
@@ -41,7 +41,7 @@ func testRandomUpdatesMatchAModel(t *testing.T, s kv.Store) {
 		err := s.Update(ctx, func(tx kv.Txn) error {
 			m = cloneModel(committed) // fn may run again
 			for op := range 12 {
-				switch rng.IntN(6) {
+				switch rng.IntN(8) {
 				case 0, 1:
 					k, v := key(), fmt.Sprint(round, ".", op)
 					tx.Set(k, []byte(v))
@@ -67,6 +67,23 @@ func testRandomUpdatesMatchAModel(t *testing.T, s kv.Store) {
 					if got := Get(t, tx, string(k)); ok && got != want || !ok && got != "<none>" {
 						return fmt.Errorf("seed %d round %d: Get(%q) = %q, want %q (present %v)", seed, round, k, got, want, ok)
 					}
+				case 6:
+					// Read ahead, then read later: the Gets after it
+					// (case 4) must still see the writes in between.
+					var ks [][]byte
+					for range 1 + rng.IntN(4) {
+						ks = append(ks, key())
+					}
+					if err := tx.Prefetch(ks...); err != nil {
+						return err
+					}
+				case 7:
+					// A key whose value's first byte, after "a",
+					// names another ("a" + "1" of "1.3" and so on,
+					// missing mostly): read through it.
+					if err := tx.PrefetchRef(key(), []byte("a"), 1, key()); err != nil {
+						return err
+					}
 				case 5:
 					lo, hi, limit := bound(), bound(), rng.IntN(4)
 					if got, want := ScanKeys(t, tx, lo, hi, limit), m.scan(lo, hi, limit); !slices.Equal(got, want) {
@@ -89,6 +106,19 @@ func testRandomUpdatesMatchAModel(t *testing.T, s kv.Store) {
 		s.View(ctx, func(r kv.Reader) error {
 			if got, want := ScanKeys(t, r, nil, nil, 0), committed.scan(nil, nil, 0); !slices.Equal(got, want) {
 				t.Fatalf("seed %d round %d: committed %q, want %q", seed, round, got, want)
+			}
+			all := make([][]byte, len(keys))
+			for i, k := range keys {
+				all[i] = []byte(k)
+			}
+			if err := r.Prefetch(all...); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				want, ok := committed[k]
+				if got := Get(t, r, k); ok && got != want || !ok && got != "<none>" {
+					t.Fatalf("seed %d round %d: prefetched Get(%q) = %q, want %q (present %v)", seed, round, k, got, want, ok)
+				}
 			}
 			return nil
 		})

@@ -298,6 +298,24 @@ func (r *snapshotReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) er
 
 func (r *snapshotReader) Close() error { return r.snap.Close() }
 
+// Prefetch implements kv.Reader: Pebble's reads are local, so it reads
+// nothing ahead (nor does batchTxn's).
+func (r *snapshotReader) Prefetch(...[]byte) error { return nil }
+func (t *batchTxn) Prefetch(...[]byte) error       { return nil }
+
+func (r *snapshotReader) PrefetchRef([]byte, []byte, int, ...[]byte) error { return nil }
+func (t *batchTxn) PrefetchRef([]byte, []byte, int, ...[]byte) error       { return nil }
+func (r *viewReader) PrefetchRef([]byte, []byte, int, ...[]byte) error     { return r.Prefetch() }
+
+// Prefetch implements kv.Reader. It reads nothing ahead, but it is a read:
+// the View's state is fixed from here, as by a Get.
+func (r *viewReader) Prefetch(...[]byte) error {
+	if _, err := r.state(); err != nil {
+		return fmt.Errorf("kv: get: %w", err)
+	}
+	return nil
+}
+
 // viewReader is the kv.Reader a View hands to fn. It is pooled: View is on
 // the path of every lookup and getattr.
 type viewReader struct {

@@ -24,8 +24,9 @@
 // in memory (a map of sets and deletes, a list of deleted ranges) and sent
 // with COMMIT in one batch, one round trip, with BEGIN in front when fn
 // read nothing; a read that begins the transaction carries its BEGIN the
-// same way. So a create that reads two keys and writes four costs three
-// round trips. Reads inside the Update merge the buffer over the database
+// same way. So an Update that reads two keys and writes four costs three
+// round trips, and two when it prefetches the two (see Prefetch below).
+// Reads inside the Update merge the buffer over the database
 // rows (read-your-writes; a DeleteRange is a range tombstone until the
 // commit); a Scan reads the rows in pages (LIMIT, from 64 rows up to
 // Options.ScanPage) and stops reading when fn returns false.
@@ -59,6 +60,22 @@
 // Update, which is serializable. SERIALIZABLE READ ONLY would remove the
 // anomaly at the cost of tracking the View's reads (or waiting for a safe
 // snapshot, with DEFERRABLE) and of a View failing with 40001.
+//
+// Its COMMIT is sent after View returns, by a goroutine that then gives
+// the connection back to the pool (Stats counts it as Unwaited, not as a
+// round trip): a READ ONLY REPEATABLE READ transaction's COMMIT checks
+// nothing, and every row fn was given had arrived, so no caller needs
+// its answer. A View of one key is one round trip.
+//
+// # Prefetch, and reads remembered
+//
+// Prefetch reads several keys in one statement (k = ANY of an array),
+// and a View's or an Update's reader keeps every value it read, from a
+// Prefetch or a Get, for the rest of the transaction: its snapshot does
+// not change, so a second Get of a key costs nothing. Package meta
+// prefetches the keys an operation will read when it knows them up
+// front: a lookup reads the directory and the name in one round trip, a
+// create its parent, name and counter cell in one.
 //
 // # Snapshot: one connection, reads take turns
 //

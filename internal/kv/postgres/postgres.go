@@ -80,8 +80,12 @@ type Store struct {
 	lost     error
 
 	stats struct {
-		views, updates, attempts, roundTrips, syncs atomic.Int64
+		views, updates, attempts, roundTrips, unwaited, syncs atomic.Int64
 	}
+
+	// ending counts the Views whose COMMIT runs in the background
+	// (endLater); Close waits for them.
+	ending sync.WaitGroup
 }
 
 // Stats counts what a store asked of the database since it was opened.
@@ -93,13 +97,16 @@ type Stats struct {
 	// RoundTrips counts the statements, or batches of statements, sent
 	// and waited for: the latency a caller pays.
 	RoundTrips int64
-	Syncs      int64
+	// Unwaited counts the statements sent that no caller waits for: the
+	// COMMIT of each View.
+	Unwaited int64
+	Syncs    int64
 }
 
 // Stats returns the store's counts so far.
 func (s *Store) Stats() Stats {
 	return Stats{Views: s.stats.views.Load(), Updates: s.stats.updates.Load(), Attempts: s.stats.attempts.Load(),
-		RoundTrips: s.stats.roundTrips.Load(), Syncs: s.stats.syncs.Load()}
+		RoundTrips: s.stats.roundTrips.Load(), Unwaited: s.stats.unwaited.Load(), Syncs: s.stats.syncs.Load()}
 }
 
 // instanceKey is where a connection keeps the run of the database it
@@ -131,15 +138,22 @@ var _ kv.Store = (*Store)(nil)
 
 // statements are the SQL texts of one schema.
 type statements struct {
-	get, setOne, setMany, deleteMany, deleteRange string
-	scanFrom, scanFromTo, scanAfter, scanAfterTo  string
-	syncMark, dropMark                            string
+	get, getMany, getManyRef, setOne, setMany    string
+	deleteMany, deleteRange                      string
+	scanFrom, scanFromTo, scanAfter, scanAfterTo string
+	syncMark, dropMark                           string
 }
 
 func newStatements(schema string) statements {
 	t := pgx.Identifier{schema, "kv"}.Sanitize()
 	return statements{
-		get:         "SELECT v FROM " + t + " WHERE k = $1",
+		get:     "SELECT v FROM " + t + " WHERE k = $1",
+		getMany: "SELECT k, v FROM " + t + " WHERE k = ANY($1::bytea[])",
+		// The rows of $1, then the row named by $2's value: $3 followed
+		// by its first $4 bytes.
+		getManyRef: "WITH p AS (SELECT k, v FROM " + t + " WHERE k = ANY($1::bytea[]))" +
+			" SELECT k, v FROM p UNION ALL SELECT t.k, t.v FROM " + t + " t, p" +
+			" WHERE p.k = $2 AND length(p.v) >= $4 AND t.k = $3::bytea || substring(p.v FROM 1 FOR $4)",
 		setOne:      "INSERT INTO " + t + " (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
 		setMany:     "INSERT INTO " + t + " (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
 		deleteMany:  "DELETE FROM " + t + " WHERE k = ANY($1::bytea[])",
@@ -399,6 +413,7 @@ func (s *Store) syncMark(ctx context.Context) (run string, err error) {
 
 // Close implements kv.Store: it closes every connection of the pool.
 func (s *Store) Close() error {
+	s.ending.Wait()
 	if s.opt.AsyncCommit {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		s.pool.Exec(ctx, s.sql.dropMark, s.mark) // a row left behind is harmless
@@ -409,7 +424,8 @@ func (s *Store) Close() error {
 }
 
 // View implements kv.Store with a REPEATABLE READ READ ONLY transaction,
-// begun with its first read (in the same round trip).
+// begun with its first read (in the same round trip) and ended in the
+// background (endLater).
 func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -421,11 +437,29 @@ func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err != nil {
 		return fmt.Errorf("%s: view: %w", s.name, err)
 	}
-	defer func() {
-		r.end()
+	r.remember = true
+	defer s.endLater(r)
+	return fn(r)
+}
+
+// endLater ends a View's transaction and gives its connection back to the
+// pool in the background, so the View returns without waiting for the
+// COMMIT's answer. Nothing depends on that answer: the transaction is
+// READ ONLY and REPEATABLE READ, so its COMMIT cannot fail a check, and
+// every row fn was given had already arrived. If the COMMIT fails (the
+// connection lost), the pool closes the connection, still in a
+// transaction, instead of reusing it. Close waits for these to finish.
+func (s *Store) endLater(r *reader) {
+	if !r.begun || r.closed() {
+		r.release()
+		return
+	}
+	s.ending.Add(1)
+	go func() {
+		defer s.ending.Done()
+		r.endCounted(&s.stats.unwaited) // on failure the pool drops the connection
 		r.release()
 	}()
-	return fn(r)
 }
 
 // Snapshot implements kv.Store: one connection, held until Close, in a

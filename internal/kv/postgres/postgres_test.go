@@ -395,8 +395,9 @@ func TestWithAsyncCommitASyncAfterTheDatabaseRestartedFailsForCommitsOfTheEarlie
 // The round trips the package doc promises, as Stats counts them: an
 // Update that only writes is one (BEGIN, the writes and COMMIT in one
 // batch); one that reads a key first is two (the read carries BEGIN, the
-// writes travel with COMMIT); a View of one key is two (the read with
-// BEGIN, then COMMIT).
+// writes travel with COMMIT); a View of one key is one (the read with
+// BEGIN; its COMMIT is sent after the View returned, unwaited); a
+// Prefetch of three keys is one, and the Gets of those keys none.
 func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 	s := open(t, pgtest.Start(t).NewDatabase(t), "bucketfs").(*Store)
 	ctx := context.Background()
@@ -424,12 +425,59 @@ func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 			return tx.Set([]byte("c"), []byte("3"))
 		})
 	})
-	cost("a View of one key", 2, func() error {
+	unwaited := s.Stats().Unwaited
+	cost("a View of one key", 1, func() error {
 		return s.View(ctx, func(r kv.Reader) error { _, err := r.Get([]byte("b")); return err })
 	})
+	cost("an Update that prefetches three keys, reads them and writes one", 2, func() error {
+		return s.Update(ctx, func(tx kv.Txn) error {
+			if err := tx.Prefetch([]byte("a"), []byte("b"), []byte("none")); err != nil {
+				return err
+			}
+			for _, k := range []string{"a", "b", "none", "a"} {
+				if _, err := tx.Get([]byte(k)); err != nil && !errors.Is(err, kv.ErrNotFound) {
+					return err
+				}
+			}
+			return tx.Set([]byte("d"), []byte("4"))
+		})
+	})
+	cost("a View that prefetches two keys and reads them", 1, func() error {
+		return s.View(ctx, func(r kv.Reader) error {
+			if err := r.Prefetch([]byte("c"), []byte("d")); err != nil {
+				return err
+			}
+			if _, err := r.Get([]byte("c")); err != nil {
+				return err
+			}
+			_, err := r.Get([]byte("d"))
+			return err
+		})
+	})
+	cost("a View that reads an index entry and the key it names", 1, func() error {
+		return s.View(ctx, func(r kv.Reader) error {
+			// "d"'s value is "4": it names "c" + "4" = "c4", missing.
+			if err := r.PrefetchRef([]byte("d"), []byte("c"), 1, []byte("a")); err != nil {
+				return err
+			}
+			for _, k := range []string{"d", "c4", "a"} {
+				if _, err := r.Get([]byte(k)); err != nil && !errors.Is(err, kv.ErrNotFound) {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	// The Views' COMMITs are sent in the background; Close waits for them.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().Unwaited - unwaited; got != 3 {
+		t.Errorf("%d unwaited statements for three Views, want 3 (their COMMITs)", got)
+	}
 	st := s.Stats()
-	if st.Updates != 2 || st.Attempts != 2 || st.Views < 1 {
-		t.Errorf("Stats %+v: want 2 Updates in 2 attempts and a View", st)
+	if st.Updates != 3 || st.Attempts != 3 || st.Views < 3 {
+		t.Errorf("Stats %+v: want 3 Updates in 3 attempts and three Views", st)
 	}
 }
 

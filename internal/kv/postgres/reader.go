@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"bucketfs/internal/kv"
@@ -28,6 +29,14 @@ type reader struct {
 	// readTimeout, if set, bounds each read: a Snapshot's reads have no
 	// context of their own (Options.OpTimeout).
 	readTimeout time.Duration
+	// fetched holds what Prefetch read, and, when remember is set, what
+	// each Get read: for each key, its committed value (nil: no row). The
+	// transaction has one snapshot (REPEATABLE READ or SERIALIZABLE), so a
+	// later read of the key would return the same; get answers from it.
+	// A Snapshot does not remember its Gets: it lasts long and reads a
+	// file's blocks once each.
+	fetched  map[string][]byte
+	remember bool
 }
 
 // errNoConnection is the error of a read after the reader lost its
@@ -155,20 +164,29 @@ func (r *reader) readOnce(ctx context.Context, each func(pgx.Rows) error, sql st
 
 // end closes the transaction, if one began: COMMIT, so that a
 // SERIALIZABLE one is checked too. The caller releases the connection.
-func (r *reader) end() error {
+func (r *reader) end() error { return r.endCounted(&r.s.stats.roundTrips) }
+
+// endCounted is end, counting its statement in count (Stats).
+func (r *reader) endCounted(count *atomic.Int64) error {
 	if !r.begun || r.closed() {
 		return nil
 	}
 	r.begun = false
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), endTimeout)
 	defer cancel()
-	r.s.stats.roundTrips.Add(1)
+	count.Add(1)
 	_, err := r.conn().Exec(ctx, "COMMIT")
 	return err
 }
 
 // get returns a copy of the committed value of key.
 func (r *reader) get(key []byte) ([]byte, error) {
+	if v, ok := r.fetched[string(key)]; ok {
+		if v == nil {
+			return nil, kv.ErrNotFound
+		}
+		return bytes.Clone(v), nil
+	}
 	var v []byte
 	found := false
 	err := r.read(r.ctx, func(rows pgx.Rows) error {
@@ -182,10 +200,104 @@ func (r *reader) get(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.remember {
+		r.keep(key, bytes.Clone(v))
+	}
 	if !found {
 		return nil, kv.ErrNotFound
 	}
 	return v, nil
+}
+
+// prefetch reads the committed values of the keys not read ahead yet, in
+// one round trip, into r.fetched; nothing is kept when the read fails.
+func (r *reader) prefetch(keys [][]byte) error {
+	ask := r.unread(keys)
+	if len(ask) == 0 {
+		return nil
+	}
+	if len(ask) == 1 {
+		// One key: the statement Get uses, prepared already.
+		v, err := r.get(ask[0])
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+		r.keep(ask[0], v)
+		return nil
+	}
+	got := make(map[string][]byte, len(ask))
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		raw := rows.RawValues()
+		v := bytes.Clone(raw[1])
+		if v == nil {
+			v = []byte{}
+		}
+		got[string(raw[0])] = v
+		return nil
+	}, r.s.sql.getMany, ask)
+	if err != nil {
+		return err
+	}
+	for _, k := range ask {
+		r.keep(k, got[string(k)])
+	}
+	return nil
+}
+
+// unread returns keys without those read already and without repeats.
+func (r *reader) unread(keys [][]byte) [][]byte {
+	var ask [][]byte
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if _, ok := r.fetched[string(k)]; !ok && !seen[string(k)] {
+			seen[string(k)] = true
+			ask = append(ask, k)
+		}
+	}
+	return ask
+}
+
+// prefetchRef is prefetch of keys (ref among them) and of the key ref's
+// committed value names (kv.RefKey), in one round trip. When ref was read
+// already, the key it names is known: a plain prefetch.
+func (r *reader) prefetchRef(ref, prefix []byte, n int, keys [][]byte) error {
+	if v, ok := r.fetched[string(ref)]; ok {
+		if target := kv.RefKey(prefix, n, v); target != nil && v != nil {
+			keys = append(keys[:len(keys):len(keys)], target)
+		}
+		return r.prefetch(keys)
+	}
+	ask := r.unread(append(keys[:len(keys):len(keys)], ref))
+	got := make(map[string][]byte, len(ask)+1)
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		raw := rows.RawValues()
+		v := bytes.Clone(raw[1])
+		if v == nil {
+			v = []byte{}
+		}
+		got[string(raw[0])] = v
+		return nil
+	}, r.s.sql.getManyRef, ask, ref, prefix, n)
+	if err != nil {
+		return err
+	}
+	for _, k := range ask {
+		r.keep(k, got[string(k)])
+	}
+	if v := got[string(ref)]; v != nil {
+		if target := kv.RefKey(prefix, n, v); target != nil {
+			r.keep(target, got[string(target)])
+		}
+	}
+	return nil
+}
+
+// keep records v (nil: no row) as the committed value of key.
+func (r *reader) keep(key, v []byte) {
+	if r.fetched == nil {
+		r.fetched = make(map[string][]byte)
+	}
+	r.fetched[string(key)] = v
 }
 
 // page is one read of a Scan: keys and values in order, copied.
@@ -266,6 +378,22 @@ func (r *reader) Get(key []byte) ([]byte, error) {
 	return v, err
 }
 
+// Prefetch implements kv.Reader for a View: the keys in one round trip.
+func (r *reader) Prefetch(keys ...[]byte) error {
+	if err := r.prefetch(keys); err != nil {
+		return fmt.Errorf("%s: get: %w", r.s.name, err)
+	}
+	return nil
+}
+
+// PrefetchRef implements kv.Reader for a View: all in one round trip.
+func (r *reader) PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error {
+	if err := r.prefetchRef(ref, prefix, n, keys); err != nil {
+		return fmt.Errorf("%s: get: %w", r.s.name, err)
+	}
+	return nil
+}
+
 // Scan implements kv.Reader for a View.
 func (r *reader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
 	if err := r.pages(lower, upper, nil, fn); err != nil {
@@ -285,6 +413,18 @@ func (s *snapshot) Get(key []byte) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.r.Get(key)
+}
+
+func (s *snapshot) Prefetch(keys ...[]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.Prefetch(keys...)
+}
+
+func (s *snapshot) PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.PrefetchRef(ref, prefix, n, keys...)
 }
 
 func (s *snapshot) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {

@@ -54,6 +54,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bo
 		// Connecting failed (the server restarting, say): nothing ran.
 		return ctx.Err() == nil, fmt.Errorf("%s: update: %w", s.name, err)
 	}
+	r.remember = true
 	t := &txn{reader: *r, writes: map[string]write{}}
 	committed := false
 	defer func() {
@@ -150,6 +151,46 @@ func (t *txn) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%s: get: %w", t.s.name, err)
 	}
 	return v, err
+}
+
+// Prefetch reads ahead the keys whose Get would reach the database: not
+// those the transaction wrote or deleted.
+func (t *txn) Prefetch(keys ...[]byte) error {
+	if err := t.prefetch(t.unbuffered(keys)); err != nil {
+		t.failed(err)
+		return fmt.Errorf("%s: get: %w", t.s.name, err)
+	}
+	return nil
+}
+
+// unbuffered returns the keys whose reads reach the database: not those
+// the transaction wrote or deleted.
+func (t *txn) unbuffered(keys [][]byte) [][]byte {
+	out := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := t.writes[string(k)]; !ok && !t.deletedByRange(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// PrefetchRef reads ahead as Prefetch does; when the transaction wrote
+// ref, the key its written value names is prefetched instead.
+func (t *txn) PrefetchRef(ref, prefix []byte, n int, keys ...[]byte) error {
+	if w, ok := t.writes[string(ref)]; ok || t.deletedByRange(ref) {
+		if ok && !w.deleted {
+			if target := kv.RefKey(prefix, n, w.value); target != nil {
+				keys = append(keys[:len(keys):len(keys)], target)
+			}
+		}
+		return t.Prefetch(keys...)
+	}
+	if err := t.prefetchRef(ref, prefix, n, t.unbuffered(keys)); err != nil {
+		t.failed(err)
+		return fmt.Errorf("%s: get: %w", t.s.name, err)
+	}
+	return nil
 }
 
 // Scan merges the writes buffered when it starts over the committed rows:
