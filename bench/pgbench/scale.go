@@ -287,12 +287,18 @@ func (b *bench) pgSize(s *server, rSize, rCompact *row) error {
 	if err != nil {
 		return err
 	}
+	// The compacted table's heap and its primary key's index, apart.
+	var heap, index int64
+	if err := conn.QueryRow(ctx, "SELECT pg_relation_size('"+scaleSchema+".kv'), pg_indexes_size('"+scaleSchema+".kv')").Scan(&heap, &index); err != nil {
+		return err
+	}
 	n := float64(b.objects)
 	rSize.add(sidePG, float64(schema)/n)
 	rCompact.add(sidePG, float64(schemaFull)/n)
 	b.Note("scale, PostgreSQL: schema %s holds %s (table kv with its index and TOAST: %s), %.0f bytes per file; after VACUUM FULL of kv %s (kv %s), %.0f per file; kv has %d rows (%.2f per file) of %.0f bytes of key and %.0f of value per file",
 		scaleSchema, benchkit.MiB(schema), benchkit.MiB(kvBytes), float64(schema)/n, benchkit.MiB(schemaFull), benchkit.MiB(kvFull), float64(schemaFull)/n,
 		rows, float64(rows)/n, float64(keyBytes)/n, float64(valueBytes)/n)
+	b.Note("scale, PostgreSQL: after VACUUM FULL the heap of kv takes %.0f bytes per file and its primary key's index %.0f", float64(heap)/n, float64(index)/n)
 	b.Note("scale, PostgreSQL: the rows of kv by the first byte of their key (package meta's key layout), largest first: %s", strings.Join(split, "; "))
 	return nil
 }

@@ -31,7 +31,7 @@ func checkCounters(t *testing.T, s *Store, when string) {
 		}
 		var bad error
 		err := r.Scan([]byte{pInode}, kv.PrefixEnd([]byte{pInode}), func(k, v []byte) bool {
-			in, err := decodeInode(v)
+			in, err := decodeInode(Ino(kv.Uint64(k[1:])), v)
 			if err != nil {
 				bad = err
 				return false

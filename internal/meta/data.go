@@ -42,7 +42,7 @@ func (s *Store) account(tx kv.Txn, in *Inode) error {
 	v, err := tx.Get(inodeKey(in.Ino))
 	switch {
 	case err == nil:
-		if old, err = decodeInode(v); err != nil {
+		if old, err = decodeInode(in.Ino, v); err != nil {
 			return err
 		}
 	case !errors.Is(err, kv.ErrNotFound):
@@ -546,7 +546,7 @@ func (s *Store) Evictable(ctx context.Context) (out []Cached, err error) {
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		var bad error
 		err := r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			in, err := decodeInode(v)
+			in, err := decodeInode(Ino(kv.Uint64(k[1:])), v)
 			if err != nil {
 				bad = err
 				return false

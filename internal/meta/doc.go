@@ -10,9 +10,10 @@
 // Every file, directory, symlink and special file is an inode with a number
 // that never changes and is never reused, so inode numbers (and the NFS
 // filehandles built from them) are stable across restarts. A directory entry
-// maps (parent, name) to a child; a link record maps (child, parent, name)
-// back, so a hard-linked file knows each of its names and a directory knows
-// its one parent.
+// maps (parent, name) to a child; the child's record holds one of its
+// names, and a link record maps (child, parent, name) back for each other
+// one (store.go, addLink), so a hard-linked file knows each of its names
+// and a directory knows its one parent.
 //
 // Sync state lives on the inode. Gen counts changes that must reach the
 // bucket; ExportedGen is the Gen last uploaded, so an inode is dirty while

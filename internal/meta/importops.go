@@ -270,13 +270,16 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 			in.Backed = 0
 		}
 	}
+	if _, err := addLink(tx, p.Ino, it.Name, &in); err != nil {
+		return Inode{}, err
+	}
 	if err := s.putInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
 	if err := indexKeys(tx, in.Ino, nil, in.Keys); err != nil {
 		return Inode{}, err
 	}
-	return in, putEntry(tx, p.Ino, it.Name, &in)
+	return in, nil
 }
 
 // ForgetKey records that key no longer exists in the bucket for the inode
@@ -440,7 +443,7 @@ func (s *Store) keepDeletedInBucket(tx kv.Txn, in *Inode, now time.Time) (name s
 	if err := s.putInode(tx, &lf); err != nil {
 		return "", err
 	}
-	return name, putEntry(tx, lf.Ino, name, in)
+	return name, s.putEntry(tx, lf.Ino, name, in)
 }
 
 // MoveToLostFound moves the inode at parent/name (still expect) into the
@@ -488,7 +491,7 @@ func (s *Store) MoveToLostFound(ctx context.Context, parent Ino, name string, ex
 // replace or delete), and writes in. Nothing is queued: the other names
 // and their objects stay as they were.
 func (s *Store) detach(tx kv.Txn, p *Inode, name string, in *Inode, key string) error {
-	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+	if _, err := dropLink(tx, p.Ino, name, in); err != nil {
 		return err
 	}
 	in.Nlink--
@@ -521,17 +524,18 @@ func (s *Store) copyToLostFound(tx kv.Txn, p *Inode, name string, in, lf *Inode,
 	// its bytes are not in the bucket and are never evicted.
 	cp := *in
 	cp.Ino, cp.Nlink, cp.Keys, cp.Replaced = ino, 1, nil, 0
+	cp.link = Link{} // in's names are not the copy's
 	if err := tier.Clone(tx, uint64(in.Ino), uint64(ino)); err != nil {
+		return err
+	}
+	if _, err := addLink(tx, lf.Ino, newName, &cp); err != nil {
 		return err
 	}
 	if err := s.putInode(tx, &cp); err != nil {
 		return err
 	}
 	lf.Mtime, lf.Ctime = now, now
-	if err := s.putInode(tx, lf); err != nil {
-		return err
-	}
-	return putEntry(tx, lf.Ino, newName, &cp)
+	return s.putInode(tx, lf)
 }
 
 // LostFoundCount counts the entries in lost+found.

@@ -1,9 +1,6 @@
 package meta
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"syscall"
 
 	"bucketfs/internal/tier"
@@ -108,6 +105,11 @@ type Inode struct {
 	// the file's writes are finished. A flush does not export the file
 	// from a state with one, for up to PieceGrace (sync.Exporter.Flush).
 	UnfinishedWrite int64
+
+	// link is one name of the inode kept in its own record instead of a
+	// link record (l<ino><parent><name>) of its own; Parent 0 when the
+	// record holds none. See addLink for the invariant.
+	link Link
 }
 
 // Type returns the file type bits of the mode.
@@ -158,161 +160,3 @@ func (in *Inode) dropHeld() {
 
 // Has reports whether every flag in f is set.
 func (in *Inode) Has(f Flags) bool { return in.Flags&f == f }
-
-// inodeVersion 2 added Backed and Cached, when file data moved into the kv.
-const inodeVersion = 2
-
-var errCorrupt = errors.New("meta: corrupt inode record")
-
-// ErrOldFormat says the namespace was written by a bucketfs that kept file
-// data outside the key-value store; this one cannot read it.
-var ErrOldFormat = errors.New("meta: the state directory was made by an older bucketfs (file data kept in STATE_DIR/tier); " +
-	"run that version once more and `bucketfs flush` to export everything, then start this one on a new state directory")
-
-func (in *Inode) encode(b []byte) []byte {
-	b = append(b, inodeVersion)
-	b = binary.AppendUvarint(b, uint64(in.Ino))
-	b = binary.AppendUvarint(b, uint64(in.Mode))
-	b = binary.AppendUvarint(b, uint64(in.Uid))
-	b = binary.AppendUvarint(b, uint64(in.Gid))
-	b = binary.AppendUvarint(b, uint64(in.Nlink))
-	b = binary.AppendUvarint(b, uint64(in.Rdev))
-	b = binary.AppendVarint(b, in.Size)
-	b = binary.AppendVarint(b, in.Atime)
-	b = binary.AppendVarint(b, in.Mtime)
-	b = binary.AppendVarint(b, in.Ctime)
-	b = binary.AppendUvarint(b, uint64(in.Flags))
-	b = appendString(b, in.Target)
-	b = binary.AppendUvarint(b, in.Gen)
-	b = binary.AppendUvarint(b, in.ExportedGen)
-	b = in.Base.encode(b)
-	b = binary.AppendUvarint(b, uint64(len(in.Keys)))
-	for i := range in.Keys {
-		b = in.Keys[i].encode(b)
-	}
-	b = appendString(b, in.Source)
-	b = binary.AppendVarint(b, in.Backed)
-	b = binary.AppendVarint(b, in.Cached)
-	b = binary.AppendUvarint(b, in.Replaced)
-	// The fields from here on are optional: a record an earlier
-	// bucketfs wrote ends before them, and an earlier bucketfs ignores
-	// them.
-	b = binary.AppendVarint(b, in.Unexported)
-	b = binary.AppendVarint(b, in.UnfinishedWrite)
-	return b
-}
-
-func (o *Object) encode(b []byte) []byte {
-	b = appendString(b, o.Key)
-	b = appendString(b, o.ETag)
-	b = appendString(b, o.VersionID)
-	return binary.AppendVarint(b, o.Size)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// decoder reads the fields encode wrote; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errCorrupt
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) object() Object {
-	return Object{Key: d.string(), ETag: d.string(), VersionID: d.string(), Size: d.varint()}
-}
-
-func decodeInode(b []byte) (Inode, error) {
-	if len(b) > 0 && b[0] == 1 {
-		return Inode{}, ErrOldFormat
-	}
-	if len(b) == 0 || b[0] != inodeVersion {
-		return Inode{}, errCorrupt
-	}
-	d := decoder{b: b[1:]}
-	in := Inode{
-		Ino:   Ino(d.uvarint()),
-		Mode:  uint32(d.uvarint()),
-		Uid:   uint32(d.uvarint()),
-		Gid:   uint32(d.uvarint()),
-		Nlink: uint32(d.uvarint()),
-		Rdev:  uint32(d.uvarint()),
-		Size:  d.varint(),
-		Atime: d.varint(),
-		Mtime: d.varint(),
-		Ctime: d.varint(),
-	}
-	in.Flags = Flags(d.uvarint())
-	in.Target = d.string()
-	in.Gen = d.uvarint()
-	in.ExportedGen = d.uvarint()
-	in.Base = d.object()
-	nkeys := d.uvarint()
-	if nkeys > uint64(len(d.b)) { // each key takes at least one byte
-		return Inode{}, errCorrupt
-	}
-	for i := uint64(0); i < nkeys && d.err == nil; i++ {
-		in.Keys = append(in.Keys, d.object())
-	}
-	in.Source = d.string()
-	in.Backed = d.varint()
-	in.Cached = d.varint()
-	in.Replaced = d.uvarint()
-	if len(d.b) > 0 {
-		in.Unexported = d.varint()
-	} else if in.IsRegular() && in.Dirty() && in.Cached > 0 {
-		// A record from before Unexported, when a dirty file counted
-		// all its bytes as unexported: it goes on doing so.
-		in.Unexported = in.Cached
-		in.Flags |= unstamped
-	}
-	if len(d.b) > 0 {
-		in.UnfinishedWrite = d.varint()
-	}
-	if d.err != nil {
-		return Inode{}, fmt.Errorf("decode inode %d: %w", in.Ino, d.err)
-	}
-	return in, nil
-}

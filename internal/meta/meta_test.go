@@ -389,7 +389,7 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 		Mtime: -5, Target: "x/y", Gen: 3, ExportedGen: 2, Flags: Listed | DataDirty, Backed: 5, Cached: 4096,
 		Unexported: 1000, Base: Object{Key: "k", ETag: "e", VersionID: "v", Size: 9},
 		Keys: []Object{{Key: "a"}, {Key: "b", ETag: "t"}}, Source: "p/", UnfinishedWrite: 1 << 40}
-	out, err := decodeInode(in.encode(nil))
+	out, err := decodeInode(in.Ino, in.encode(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,16 +399,16 @@ func TestInodeEncodingRoundTrips(t *testing.T) {
 		out.UnfinishedWrite != in.UnfinishedWrite {
 		t.Fatalf("round trip: %+v", out)
 	}
-	// Records an earlier bucketfs wrote end before UnfinishedWrite, or
-	// before Unexported too.
-	full := in.encode(nil)
+	// Version 2 records an earlier bucketfs wrote end before
+	// UnfinishedWrite, or before Unexported too.
+	full := in.encodeV2(nil)
 	noUnfinished := len(full) - len(binary.AppendVarint(nil, in.UnfinishedWrite))
 	legacy := noUnfinished - len(binary.AppendVarint(nil, in.Unexported))
-	if out, err := decodeInode(full[:noUnfinished]); err != nil || out.UnfinishedWrite != 0 || out.Unexported != in.Unexported {
+	if out, err := decodeInode(in.Ino, full[:noUnfinished]); err != nil || out.UnfinishedWrite != 0 || out.Unexported != in.Unexported {
 		t.Fatalf("a record without UnfinishedWrite: %+v, %v", out, err)
 	}
 	for i := 0; i < len(full); i++ {
-		if _, err := decodeInode(full[:i]); err == nil && i != legacy && i != noUnfinished {
+		if _, err := decodeInode(in.Ino, full[:i]); err == nil && i != legacy && i != noUnfinished {
 			t.Fatalf("truncated record of %d bytes decoded", i)
 		}
 	}
@@ -424,9 +424,9 @@ func TestARecordWithoutUnexportedCountsAsItDidBefore(t *testing.T) {
 		if dirty {
 			in.Gen = 4
 		}
-		enc := in.encode(nil)
+		enc := in.encodeV2(nil)
 		// Without Unexported and UnfinishedWrite (both 0 here, a byte each).
-		out, err := decodeInode(enc[:len(enc)-2*len(binary.AppendVarint(nil, 0))])
+		out, err := decodeInode(in.Ino, enc[:len(enc)-2*len(binary.AppendVarint(nil, 0))])
 		if err != nil {
 			t.Fatal(err)
 		}

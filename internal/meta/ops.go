@@ -2,9 +2,12 @@ package meta
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -223,6 +226,7 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 			return Inode{}, err
 		}
 	}
+	in.link = Link{} // a new inode: no name yet, whatever in was copied from
 	now := s.now()
 	ns := now.UnixNano()
 	in.Atime, in.Mtime, in.Ctime = ns, ns, ns
@@ -244,10 +248,13 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 	if err := s.putInode(tx, p); err != nil {
 		return Inode{}, err
 	}
+	if _, err := addLink(tx, parent, name, &in); err != nil {
+		return Inode{}, err
+	}
 	if err := s.putNewInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
-	return in, putEntry(tx, parent, name, &in)
+	return in, nil
 }
 
 // Link adds the name newName in newParent for the existing non-directory ino.
@@ -287,7 +294,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string, ch
 		if err := s.putInode(tx, &p); err != nil {
 			return err
 		}
-		return putEntry(tx, newParent, newName, &in)
+		return s.putEntry(tx, newParent, newName, &in)
 	})
 	if err != nil {
 		return Inode{}, fmt.Errorf("link %d as %q in %d: %w", ino, newName, newParent, err)
@@ -361,10 +368,10 @@ func (s *Store) unlink(tx kv.Txn, p *Inode, name string, in *Inode, dir bool) er
 	now := s.now()
 	ns := now.UnixNano()
 	p.Mtime, p.Ctime, in.Ctime = ns, ns, ns
-	if err := delEntry(tx, p.Ino, name, in.Ino); err != nil {
+	if _, err := dropLink(tx, p.Ino, name, in); err != nil {
 		return err
 	}
-	return s.markChanged(tx, in, NoChange, now, nil)
+	return s.markChanged(tx, in, NoChange, now, nil) // writes in
 }
 
 func isEmpty(r kv.Reader, dir Ino) (bool, error) {
@@ -490,10 +497,11 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 	}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		return r.Scan(lower, kv.PrefixEnd(prefix), func(k, v []byte) bool {
-			if len(v) < 9 {
+			ino, typ, ok := decodeEntry(v)
+			if !ok {
 				return true
 			}
-			out = append(out, Entry{Name: string(k[len(prefix):]), Ino: Ino(kv.Uint64(v)), Type: uint32(v[8]) << 12})
+			out = append(out, Entry{Name: string(k[len(prefix):]), Ino: ino, Type: typ})
 			return len(out) < limit
 		})
 	})
@@ -518,7 +526,24 @@ type Link struct {
 	Name   string
 }
 
+// links returns the names of ino: the one its record holds and its link
+// records (addLink), in the order of (parent, name) as link records sort.
 func links(r kv.Reader, ino Ino) (out []Link, err error) {
+	var inRecord Link
+	v, err := r.Get(inodeKey(ino))
+	switch {
+	case err == nil:
+		in, err := decodeInode(ino, v)
+		if err != nil {
+			return nil, err
+		}
+		inRecord = in.link
+		if inRecord.Parent != 0 && in.IsDir() {
+			return []Link{inRecord}, nil // its only name (addLink)
+		}
+	case !errors.Is(err, kv.ErrNotFound):
+		return nil, err
+	}
 	prefix := linkPrefix(ino)
 	err = r.Scan(prefix, kv.PrefixEnd(prefix), func(k, v []byte) bool {
 		rest := k[len(prefix):]
@@ -527,7 +552,13 @@ func links(r kv.Reader, ino Ino) (out []Link, err error) {
 		}
 		return true
 	})
-	return out, err
+	if err != nil || inRecord.Parent == 0 {
+		return out, err
+	}
+	i, _ := slices.BinarySearchFunc(out, inRecord, func(l, t Link) int {
+		return cmp.Or(cmp.Compare(l.Parent, t.Parent), strings.Compare(l.Name, t.Name))
+	})
+	return slices.Insert(out, i, inRecord), nil
 }
 
 // Paths returns every path of ino, relative to the root and without a

@@ -127,10 +127,11 @@ func (s *Store) Rename(ctx context.Context, oldParent Ino, oldName string, newPa
 func (s *Store) move(tx kv.Txn, op *Inode, oldName string, np *Inode, newName string, src *Inode) error {
 	now := s.now()
 	ns := now.UnixNano()
-	if err := delEntry(tx, op.Ino, oldName, src.Ino); err != nil {
+	// src is written below (markChanged).
+	if _, err := dropLink(tx, op.Ino, oldName, src); err != nil {
 		return err
 	}
-	if err := putEntry(tx, np.Ino, newName, src); err != nil {
+	if _, err := addLink(tx, np.Ino, newName, src); err != nil {
 		return err
 	}
 	if op.Ino == np.Ino {
@@ -159,10 +160,20 @@ func (s *Store) exchange(tx kv.Txn, op *Inode, a string, np *Inode, b string, x,
 		old    *Inode
 		new    *Inode
 	}{{op, a, x, y}, {np, b, y, x}} {
-		if err := delEntry(tx, e.parent.Ino, e.name, e.old.Ino); err != nil {
+		// x and y are written below (markChanged).
+		if _, err := dropLink(tx, e.parent.Ino, e.name, e.old); err != nil {
 			return err
 		}
-		if err := putEntry(tx, e.parent.Ino, e.name, e.new); err != nil {
+	}
+	// Both names are gone before either is added, so that each goes to
+	// its inode's record if it held the one it lost there (a directory's
+	// one name always does: addLink).
+	for _, e := range []struct {
+		parent *Inode
+		name   string
+		new    *Inode
+	}{{op, a, y}, {np, b, x}} {
+		if _, err := addLink(tx, e.parent.Ino, e.name, e.new); err != nil {
 			return err
 		}
 	}

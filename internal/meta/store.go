@@ -22,7 +22,7 @@ import (
 //	c/next                      first inode number no Store has claimed
 //	i<ino>                      inode record
 //	d<parent><name>             directory entry: child ino + type byte
-//	l<ino><parent><name>        link record (empty value)
+//	l<ino><parent><name>        link record (empty value): a name of ino besides the one its record holds (addLink)
 //	x<ino><name>                extended attribute value
 //	q<ino>                      export queue: earliest reconcile time (unix ns)
 //	Q<due><ino>                 the same entries ordered by time
@@ -397,7 +397,7 @@ func (s *Store) getInode(r kv.Reader, ino Ino) (Inode, error) {
 	if err != nil {
 		return Inode{}, err
 	}
-	in, err := decodeInode(v)
+	in, err := decodeInode(ino, v)
 	if err != nil {
 		return Inode{}, err
 	}
@@ -444,20 +444,80 @@ func getEntry(r kv.Reader, parent Ino, name string) (Ino, error) {
 	return Ino(kv.Uint64(v)), nil
 }
 
-func putEntry(tx kv.Txn, parent Ino, name string, child *Inode) error {
-	v := kv.AppendUint64(make([]byte, 0, 9), uint64(child.Ino))
-	v = append(v, byte(child.Type()>>12))
-	if err := tx.Set(entryKey(parent, name), v); err != nil {
-		return err
-	}
-	return tx.Set(linkKey(child.Ino, parent, name), nil)
+// appendEntry appends the value of a directory entry of child, an inode
+// of file type typ: child in 8 bytes big-endian (what prefetchEntry reads
+// ahead by), then typ>>12 in one byte.
+func appendEntry(b []byte, child Ino, typ uint32) []byte {
+	return append(kv.AppendUint64(b, uint64(child)), byte(typ>>12))
 }
 
-func delEntry(tx kv.Txn, parent Ino, name string, child Ino) error {
-	if err := tx.Delete(entryKey(parent, name)); err != nil {
+// decodeEntry reads the value appendEntry wrote.
+func decodeEntry(v []byte) (child Ino, typ uint32, ok bool) {
+	if len(v) < 9 {
+		return 0, 0, false
+	}
+	return Ino(kv.Uint64(v)), uint32(v[8]) << 12, true
+}
+
+// putEntry adds the name parent/name of child: its directory entry, and
+// its link (addLink), writing child's record when the link went there.
+// A caller that changes child further writes it again.
+func (s *Store) putEntry(tx kv.Txn, parent Ino, name string, child *Inode) error {
+	inRecord, err := addLink(tx, parent, name, child)
+	if err != nil || !inRecord {
 		return err
 	}
-	return tx.Delete(linkKey(child, parent, name))
+	return s.putInode(tx, child)
+}
+
+// addLink writes the directory entry parent/name of child and records
+// the link: in child's record when that holds none (child.link; the
+// caller writes child), otherwise as a link record of its own.
+//
+// Invariant: the names of an inode are the link its record holds (if
+// any) and its link records, each name once: a link record never repeats
+// the record's link. A directory entry and its link are added and removed
+// together (addLink, dropLink). An inode made by this version has its
+// first name in its record, so that a file with one name, the usual case,
+// costs no row besides its record, its directory entry and its object
+// key; stores written before hold link records only, and both are read
+// (links). A directory has one name: when its record holds it, it has no
+// link record (its name leaves the record only by dropLink, and the next
+// addLink of it puts one back there), so links reads no link records of it.
+func addLink(tx kv.Txn, parent Ino, name string, child *Inode) (inRecord bool, err error) {
+	if err := tx.Set(entryKey(parent, name), appendEntry(make([]byte, 0, 9), child.Ino, child.Type())); err != nil {
+		return false, err
+	}
+	if child.link.Parent == 0 {
+		child.link = Link{Parent: parent, Name: name}
+		return true, nil
+	}
+	return false, tx.Set(linkKey(child.Ino, parent, name), nil)
+}
+
+// delEntry removes the name parent/name of child (dropLink), writing
+// child's record when the link was there. A caller that changes child
+// further writes it again.
+func (s *Store) delEntry(tx kv.Txn, parent Ino, name string, child *Inode) error {
+	inRecord, err := dropLink(tx, parent, name, child)
+	if err != nil || !inRecord {
+		return err
+	}
+	return s.putInode(tx, child)
+}
+
+// dropLink deletes the directory entry parent/name of child and its link:
+// from child's record when it holds that one (the caller writes child),
+// otherwise its link record.
+func dropLink(tx kv.Txn, parent Ino, name string, child *Inode) (inRecord bool, err error) {
+	if err := tx.Delete(entryKey(parent, name)); err != nil {
+		return false, err
+	}
+	if child.link == (Link{Parent: parent, Name: name}) {
+		child.link = Link{}
+		return true, nil
+	}
+	return false, tx.Delete(linkKey(child.Ino, parent, name))
 }
 
 // enqueue schedules ino for reconciliation at due, replacing an earlier time.
