@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -867,4 +868,53 @@ func (t *deleteCountingTxn) DeleteRange(lower, upper []byte) error {
 		return err
 	}
 	return t.Txn.DeleteRange(lower, upper)
+}
+
+// A file system records the metadata format it is written in; a bucketfs
+// refuses one at a newer format (ErrNewerFormat) with both numbers, and
+// one made before formats were recorded is brought to MetaFormat.
+func TestAFileSystemAtANewerMetadataFormatIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	db, err := testkv.Open(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	if _, err := Open(ctx, db, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	format := func() uint64 {
+		var v []byte
+		if err := db.View(ctx, func(r kv.Reader) (err error) { v, err = r.Get(keyFormat); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return kv.Uint64(v)
+	}
+	if got := format(); got != MetaFormat {
+		t.Fatalf("a new file system is at format %d, want %d", got, MetaFormat)
+	}
+	set := func(v []byte) {
+		t.Helper()
+		if err := db.Update(ctx, func(tx kv.Txn) error {
+			if v == nil {
+				return tx.Delete(keyFormat)
+			}
+			return tx.Set(keyFormat, v)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(kv.AppendUint64(nil, MetaFormat+1))
+	_, err = Open(ctx, db, Options{})
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", MetaFormat+1)) {
+		t.Fatalf("Open of a file system at format %d: %v, want ErrNewerFormat naming it", MetaFormat+1, err)
+	}
+	set(nil)
+	if _, err := Open(ctx, db, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := format(); got != MetaFormat {
+		t.Fatalf("a file system from before formats were recorded is at %d after Open, want %d", got, MetaFormat)
+	}
 }

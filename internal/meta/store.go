@@ -71,7 +71,41 @@ const (
 var (
 	keyFsid = []byte("c/fsid")
 	keyNext = []byte("c/next")
+	// keyFormat holds the file system's metadata format: the newest
+	// that a bucketfs which opened it writes (checkFormat).
+	keyFormat = []byte("c/format")
 )
+
+// MetaFormat is the metadata format this bucketfs writes: 3 since inode
+// records of version 3 and a file's first name kept in its inode record
+// (record.go, addLink). It reads every earlier format. A bucketfs from
+// before format 3 has no check and reports a corrupt inode record on a
+// file system at format 3: every server of a file system must run a
+// bucketfs that knows its format.
+const MetaFormat = 3
+
+// ErrNewerFormat says the file system was written by a newer bucketfs.
+var ErrNewerFormat = errors.New("meta: the file system was written by a newer bucketfs")
+
+// checkFormat refuses a file system whose metadata format is newer than
+// MetaFormat, and records MetaFormat on one that is older (or from before
+// the format was recorded): from now on records of this format are
+// written to it.
+func checkFormat(tx kv.Txn) error {
+	v, err := tx.Get(keyFormat)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+	case err != nil:
+		return err
+	case len(v) != 8:
+		return fmt.Errorf("metadata format record: %w", errCorrupt)
+	case kv.Uint64(v) > MetaFormat:
+		return fmt.Errorf("%w (metadata format %d; this bucketfs knows up to %d): run that version or a later one", ErrNewerFormat, kv.Uint64(v), MetaFormat)
+	case kv.Uint64(v) == MetaFormat:
+		return nil
+	}
+	return tx.Set(keyFormat, kv.AppendUint64(nil, MetaFormat))
+}
 
 // LostFoundPrefix starts the name of the lost+found directory at the root.
 const LostFoundPrefix = ".bucketfs-lost+found-"
@@ -190,6 +224,9 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 				return err
 			}
 		default:
+			return err
+		}
+		if err := checkFormat(tx); err != nil {
 			return err
 		}
 		if err := checkBucket(tx, opt.Bucket); err != nil {
