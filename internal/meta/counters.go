@@ -1,10 +1,13 @@
 package meta
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"bucketfs/internal/kv"
 )
@@ -29,28 +32,41 @@ import (
 //     of it, so a crash that loses the claim loses those too. Numbers a
 //     Store claimed and did not give out before it stopped are skipped for
 //     ever: inode numbers are unique and stable, not dense.
-//   - Counters (the export queue's length, Usage). Each is the sum of its
-//     cells, c/queued/<store><sub> and c/usage/<store><sub>. A transaction
-//     that changes what a counter counts adds the difference to one cell
-//     in the same transaction, so the sum is exact in every state the
-//     store can be in, after a crash too; a reader adds up the cells (one
-//     short scan, outside any write: see Limits). <store> names the Store
-//     (the first inode number it claimed, which no other Store ever
-//     claims) and <sub> is the changed inode's number modulo
-//     cellsPerStore, so no two Stores write one cell, and two transactions
-//     of one Store on different inodes seldom do. Which cell holds which
-//     part of a sum means nothing: Open folds every cell (the cells of
-//     Stores that are gone, and the single key earlier versions kept,
-//     c/queued or c/usage) into one of its own, so cells do not pile up
-//     over restarts. That one transaction is the only one that touches the
-//     cells of other Stores.
+//   - Counters (the export queue's length, Usage). Each is the sum of the
+//     values under its prefix, c/queued/ and c/usage/. A transaction that
+//     changes what a counter counts writes the difference in the same
+//     transaction as a delta of its own, c/queued/<store><seq>, which it
+//     does not read first, so the sum is exact in every state the store
+//     can be in, after a crash too; a reader adds up the values (one short
+//     scan, outside any write: see Limits). <store> names the Store (the
+//     first inode number it claimed, which no other Store ever claims) and
+//     <seq> counts its deltas, so every delta key is written once. Not
+//     reading matters on PostgreSQL beyond the keys: its SERIALIZABLE
+//     transactions lock what they read by index page, so two transactions
+//     that each read and wrote a cell of one page (all cells are one or
+//     two pages) would abort one another although their keys differ;
+//     writes alone never conflict so. A Store folds its deltas into one
+//     cell of its own, c/queued/<store><0> (foldDeltas, after every
+//     deltaFold of them, in a transaction of its own), and Open folds
+//     every key of a counter (the cells and deltas of Stores that are
+//     gone, the single key earlier versions kept, c/queued or c/usage)
+//     into its cell, so keys do not pile up. Those two are the only
+//     transactions that read the counters' keys inside a write, and
+//     Open's the only one that touches other Stores' keys.
 
 // inoClaim is how many inode numbers a Store claims at a time.
 const inoClaim = 1024
 
-// cellsPerStore is how many cells of each counter one Store spreads its
-// changes over.
-const cellsPerStore = 8
+// deltaFold is how many deltas a Store writes before it folds them
+// into its cell (foldDeltas).
+const deltaFold = 256
+
+// deltaSeq gives out a Store's delta keys and folds them (foldDeltas).
+type deltaSeq struct {
+	seq, written atomic.Uint64
+	due          atomic.Bool // a fold is due (delta)
+	folding      sync.Mutex
+}
 
 // inoRange is the inode numbers a Store has claimed and not given out:
 // [next, end).
@@ -163,10 +179,100 @@ var (
 	usageCounter = counter{prefix: []byte("c/usage/"), legacy: []byte("c/usage"), width: 2}
 )
 
-// cell is the key of the Store's cell of c for a change of ino.
-func (s *Store) cell(c counter, ino Ino) []byte {
-	k := kv.AppendUint64(append([]byte(nil), c.prefix...), s.cells)
-	return append(k, byte(uint64(ino)%cellsPerStore))
+// cell is the key of the Store's cell of c, into which its deltas fold.
+func (s *Store) cell(c counter) []byte {
+	return append(s.ownKeys(c), 0)
+}
+
+// ownKeys is the prefix of the Store's cell and deltas of c.
+func (s *Store) ownKeys(c counter) []byte {
+	return kv.AppendUint64(append([]byte(nil), c.prefix...), s.cells)
+}
+
+// delta is the key of a new delta of c: ownKeys, then a sequence number
+// given out once (its 8 bytes tell it from the cell's one). Every
+// deltaFold of them make a fold due, which foldingKV runs after the
+// transaction that wrote the last one.
+func (s *Store) delta(c counter) []byte {
+	k := kv.AppendUint64(s.ownKeys(c), s.deltas.seq.Add(1))
+	if s.deltas.written.Add(1)%deltaFold == 0 {
+		s.deltas.due.Store(true)
+	}
+	return k
+}
+
+// foldingKV runs a fold of the Store's deltas when one is due, after the
+// Update that made it due returned: in the caller's goroutine, so that no
+// fold outlives the operations of the Store (nor the kv under it), and in
+// a transaction of its own, so that the operation itself reads no counter.
+type foldingKV struct {
+	kv.Store
+	s *Store
+}
+
+func (f foldingKV) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
+	return f.UpdateSized(ctx, 0, fn)
+}
+
+func (f foldingKV) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
+	err := f.Store.UpdateSized(ctx, size, fn)
+	if f.s.deltas.due.Load() {
+		f.s.foldDeltas(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// foldDeltas replaces the Store's deltas and cell of every counter by one
+// cell holding their sum, in one transaction; one fold at a time. A delta
+// written meanwhile by a transaction that commits later is not in the
+// fold's state and stays for the next one. A fold that fails leaves the
+// deltas (they still count) and the fold due.
+func (s *Store) foldDeltas(ctx context.Context) {
+	if !s.deltas.folding.TryLock() {
+		return
+	}
+	defer s.deltas.folding.Unlock()
+	s.deltas.due.Store(false)
+	err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		for _, c := range []counter{queuedCounter, usageCounter} {
+			own := s.ownKeys(c)
+			total := make([]int64, c.width)
+			var keys [][]byte
+			var bad error
+			err := tx.Scan(own, kv.PrefixEnd(own), func(k, v []byte) bool {
+				if err := decodeCell(v, c.width, total); err != nil {
+					bad = fmt.Errorf("counter cell %q: %w", k, err)
+					return false
+				}
+				keys = append(keys, bytes.Clone(k))
+				return true
+			})
+			if err = cmp.Or(err, bad); err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
+			}
+			if err := tx.Set(s.cell(c), encodeCell(total)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.deltas.due.Store(true)
+	}
+}
+
+// encodeCell is the value of a cell or delta holding v.
+func encodeCell(v []int64) []byte {
+	out := make([]byte, 0, 8*len(v))
+	for _, n := range v {
+		out = kv.AppendUint64(out, uint64(n))
+	}
+	return out
 }
 
 func decodeCell(v []byte, width int, into []int64) error {
@@ -179,23 +285,10 @@ func decodeCell(v []byte, width int, into []int64) error {
 	return nil
 }
 
-// add adds d (width values) to the cell at key.
-func (c counter) add(tx kv.Txn, key []byte, d ...int64) error {
-	v := make([]int64, c.width)
-	old, err := tx.Get(key)
-	switch {
-	case err == nil:
-		if err := decodeCell(old, c.width, v); err != nil {
-			return fmt.Errorf("counter cell %q: %w", key, err)
-		}
-	case !errors.Is(err, kv.ErrNotFound):
-		return err
-	}
-	var out []byte
-	for i := range v {
-		out = kv.AppendUint64(out, uint64(v[i]+d[i]))
-	}
-	return tx.Set(key, out)
+// add adds d (width values) to the counter as a new delta of s, written
+// without a read (see the top of this file).
+func (c counter) add(tx kv.Txn, s *Store, d ...int64) error {
+	return tx.Set(s.delta(c), encodeCell(d))
 }
 
 // sum adds up the cells of c.
@@ -237,17 +330,13 @@ func (c counter) fold(tx kv.Txn, into []byte) error {
 	if err := tx.DeleteRange(c.prefix, kv.PrefixEnd(c.prefix)); err != nil {
 		return err
 	}
-	var out []byte
-	for _, n := range total {
-		out = kv.AppendUint64(out, uint64(n))
-	}
-	return tx.Set(into, out)
+	return tx.Set(into, encodeCell(total))
 }
 
 // addQueued adds d to the length of the export queue, for a change of
 // ino's entry.
 func (s *Store) addQueued(tx kv.Txn, ino Ino, d int64) error {
-	return queuedCounter.add(tx, s.cell(queuedCounter, ino), d)
+	return queuedCounter.add(tx, s, d)
 }
 
 // queuedCount is the length of the export queue.
@@ -264,7 +353,7 @@ func (s *Store) addUsage(tx kv.Txn, ino Ino, d Usage) error {
 	if d == (Usage{}) {
 		return nil
 	}
-	return usageCounter.add(tx, s.cell(usageCounter, ino), d.Total, d.Dirty)
+	return usageCounter.add(tx, s, d.Total, d.Dirty)
 }
 
 func getUsage(r kv.Reader) (Usage, error) {

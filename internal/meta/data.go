@@ -144,10 +144,9 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 	var kept keptFile
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
 		kept = keptFile{}
-		// The inode, its place in the export queue and its cell of the
-		// usage counter, which markChangedUntil reads, in one round trip
-		// on PostgreSQL.
-		if err := tx.Prefetch(inodeKey(ino), queueKey(ino), s.cell(usageCounter, ino)); err != nil {
+		// The inode and its place in the export queue, which
+		// markChangedUntil reads, in one round trip on PostgreSQL.
+		if err := tx.Prefetch(inodeKey(ino), queueKey(ino)); err != nil {
 			return err
 		}
 		if in, err = s.regularFile(tx, ino); err != nil {

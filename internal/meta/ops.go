@@ -156,19 +156,9 @@ func (s *Store) create1(ctx context.Context, parent Ino, name string, tmpl Inode
 	if err := s.reserveInos(ctx, 1); err != nil {
 		return Inode{}, fmt.Errorf("create %q in %d: %w", name, parent, err)
 	}
-	// The number is taken before the transaction, so that its first read
-	// fetches every key the create reads: the parent, the name and the
-	// export queue's counter cell (one round trip on PostgreSQL). A
-	// create that fails leaves the number unused, which costs nothing;
-	// when other creates took the numbers reserveInos made sure of (0
-	// here), createIn claims one in the transaction.
-	ino, _ := s.inos.take()
 	err = s.kv.Update(ctx, func(tx kv.Txn) error {
-		keys := [][]byte{inodeKey(parent), entryKey(parent, name)}
-		if ino != 0 && !tmpl.Has(NoExport) {
-			keys = append(keys, s.cell(queuedCounter, ino))
-		}
-		if err := tx.Prefetch(keys...); err != nil {
+		// The parent and the name, in one round trip on PostgreSQL.
+		if err := tx.Prefetch(inodeKey(parent), entryKey(parent, name)); err != nil {
 			return err
 		}
 		p, err := s.getInode(tx, parent)
@@ -177,13 +167,10 @@ func (s *Store) create1(ctx context.Context, parent Ino, name string, tmpl Inode
 		}
 		child := tmpl
 		if check != nil {
-			// Before the number is set: a Check tells a new inode
-			// (Ino 0) from an existing one (Link's).
 			if err := check(&p, &child); err != nil {
 				return err
 			}
 		}
-		child.Ino = ino
 		if in, err = s.createIn(tx, &p, name, child); err != nil || !open {
 			return err
 		}
@@ -200,13 +187,10 @@ func (s *Store) create(tx kv.Txn, parent Ino, name string, in Inode) (Inode, err
 	if err != nil {
 		return Inode{}, err
 	}
-	in.Ino = 0
 	return s.createIn(tx, &p, name, in)
 }
 
-// createIn is create with the parent p already read in tx. in.Ino is the
-// new inode's number if the caller took one from the Store's range
-// (inos.take); 0 has createIn give out one (allocIno).
+// createIn is create with the parent p already read in tx.
 func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, error) {
 	parent := p.Ino
 	if !p.IsDir() {
@@ -220,11 +204,9 @@ func (s *Store) createIn(tx kv.Txn, p *Inode, name string, in Inode) (Inode, err
 	} else if !errors.Is(err, syscall.ENOENT) {
 		return Inode{}, err
 	}
-	if in.Ino == 0 {
-		var err error
-		if in.Ino, err = s.allocIno(tx); err != nil {
-			return Inode{}, err
-		}
+	var err error
+	if in.Ino, err = s.allocIno(tx); err != nil {
+		return Inode{}, err
 	}
 	in.link = Link{} // a new inode: no name yet, whatever in was copied from
 	now := s.now()

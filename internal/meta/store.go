@@ -163,6 +163,7 @@ type Store struct {
 	defaults    Defaults
 	inos        inoRange // the numbers this Store gives out (counters.go)
 	cells       uint64   // names this Store's counter cells (counters.go)
+	deltas      deltaSeq // this Store's counter deltas (counters.go)
 	// Observation fences (fences.go): the age bound, and what
 	// TrimFences saw of the tombstones, by key.
 	maxObservationAge time.Duration
@@ -210,6 +211,8 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		s.kv = loggingStore{Store: db, s: s}
 		db = s.kv
 	}
+	s.kv = foldingKV{Store: s.kv, s: s}
+	db = s.kv
 	var inos Ino
 	err := db.Update(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(keyFsid)
@@ -239,10 +242,10 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 			return err
 		}
 		s.cells = uint64(inos)
-		if err := queuedCounter.fold(tx, s.cell(queuedCounter, 0)); err != nil {
+		if err := queuedCounter.fold(tx, s.cell(queuedCounter)); err != nil {
 			return err
 		}
-		return usageCounter.fold(tx, s.cell(usageCounter, 0))
+		return usageCounter.fold(tx, s.cell(usageCounter))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)

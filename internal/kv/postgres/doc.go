@@ -31,6 +31,17 @@
 // commit); a Scan reads the rows in pages (LIMIT, from 64 rows up to
 // Options.ScanPage) and stops reading when fn returns false.
 //
+// PostgreSQL tracks what a SERIALIZABLE transaction read by index page,
+// not by key: a Get or a Scan locks the leaf page of kv's primary key
+// index it visited (and the heap row it found). A write to that page by
+// another transaction is a conflict with the reader, whatever key it
+// writes. So two transactions that each read a key and write another on
+// one page, all four keys different, abort one of the two (on PostgreSQL
+// 15, 10 of 10 such pairs, and none of 10 when each wrote beside the key
+// it read itself, on another page). Keys that many transactions read
+// and write at once belong on pages of their own, or are not read at
+// all: package meta writes its counters as blind deltas for this reason.
+//
 // PostgreSQL's serializable snapshot isolation rolls back one of two
 // transactions whose reads and writes could not have happened in some
 // serial order (serialization_failure, 40001), as it does one of two that
