@@ -153,7 +153,12 @@
 //     with the writing server (or a few hash buckets) would spread them;
 //     the readers then merge several ranges.
 //   - CockroachDB takes the same SQL (bytea is BYTES), range-shards by
-//     default and runs SERIALIZABLE by default, with the same retries.
+//     default and runs SERIALIZABLE by default, with the same retries. It
+//     does not know the planner settings Open gives every session
+//     (enable_seqscan, enable_hashjoin, enable_mergejoin off, so that a
+//     plan cached while the table was small never reads all of it); they
+//     would have to go, and its optimizer be trusted with primary key
+//     lookups. YugabyteDB has them, as PostgreSQL's.
 //   - Citus distributes a table by a distribution column across worker
 //     nodes; a transaction that touches several shards has no one
 //     snapshot and no serializable order across them. A file system's
