@@ -226,22 +226,26 @@ func (r *reader) prefetch(keys [][]byte) error {
 		return nil
 	}
 	got := make(map[string][]byte, len(ask))
-	err := r.read(r.ctx, func(rows pgx.Rows) error {
-		raw := rows.RawValues()
-		v := bytes.Clone(raw[1])
-		if v == nil {
-			v = []byte{}
-		}
-		got[string(raw[0])] = v
-		return nil
-	}, r.s.sql.getMany, ask)
-	if err != nil {
+	if err := r.read(r.ctx, rowsInto(got), r.s.sql.getMany, ask); err != nil {
 		return err
 	}
 	for _, k := range ask {
 		r.keep(k, got[string(k)])
 	}
 	return nil
+}
+
+// rowsInto is the each of a read of (k, v) rows: it copies them into got.
+func rowsInto(got map[string][]byte) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		raw := rows.RawValues()
+		v := bytes.Clone(raw[1])
+		if v == nil {
+			v = []byte{} // a row, empty: not a missing one
+		}
+		got[string(raw[0])] = v
+		return nil
+	}
 }
 
 // unread returns keys without those read already and without repeats.
@@ -269,16 +273,7 @@ func (r *reader) prefetchRef(ref, prefix []byte, n int, keys [][]byte) error {
 	}
 	ask := r.unread(append(keys[:len(keys):len(keys)], ref))
 	got := make(map[string][]byte, len(ask)+1)
-	err := r.read(r.ctx, func(rows pgx.Rows) error {
-		raw := rows.RawValues()
-		v := bytes.Clone(raw[1])
-		if v == nil {
-			v = []byte{}
-		}
-		got[string(raw[0])] = v
-		return nil
-	}, r.s.sql.getManyRef, ask, ref, prefix, n)
-	if err != nil {
+	if err := r.read(r.ctx, rowsInto(got), r.s.sql.getManyRef, ask, ref, prefix, n); err != nil {
 		return err
 	}
 	for _, k := range ask {
