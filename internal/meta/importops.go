@@ -273,7 +273,7 @@ func (s *Store) addImported(tx kv.Txn, p *Inode, it Imported) (Inode, error) {
 	if _, err := addLink(tx, p.Ino, it.Name, &in); err != nil {
 		return Inode{}, err
 	}
-	if err := s.putInode(tx, &in); err != nil {
+	if err := s.putNewInode(tx, &in); err != nil {
 		return Inode{}, err
 	}
 	if err := indexKeys(tx, in.Ino, nil, in.Keys); err != nil {

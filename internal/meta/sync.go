@@ -319,6 +319,44 @@ type Imported struct {
 	Evidence []string
 }
 
+// prefetchImports reads ahead what AddImported reads of items, in two
+// round trips on PostgreSQL instead of several per item: the names'
+// entries, then, for the names that are not there, what importAllowed
+// reads (the name's tombstone; the object's key tombstone and index entry,
+// or those of a directory's evidence).
+func (s *Store) prefetchImports(tx kv.Txn, o Observation, dir Ino, items []Imported) error {
+	keys := make([][]byte, len(items))
+	for i, it := range items {
+		keys[i] = entryKey(dir, it.Name)
+	}
+	if err := tx.Prefetch(keys...); err != nil {
+		return err
+	}
+	keys = keys[:0]
+	object := func(key string) {
+		if o.s != nil {
+			keys = append(keys, keyTombKey(key))
+		}
+		keys = append(keys, objectKeyKey(key))
+	}
+	for _, it := range items {
+		if _, err := getEntry(tx, dir, it.Name); !errors.Is(err, syscall.ENOENT) {
+			continue // there (or unreadable: the loop says so)
+		}
+		if o.s != nil {
+			keys = append(keys, nameTombKey(dir, it.Name))
+		}
+		if it.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			for _, k := range it.Evidence {
+				object(k)
+			}
+		} else if it.Obj.Key != "" {
+			object(it.Obj.Key)
+		}
+	}
+	return tx.Prefetch(keys...)
+}
+
 // AddImported adds the children a listing page of dir, made at o, found.
 // Names that already exist on the file side are left alone, and so are
 // those that a file-side change since o, or one the exporter has not
@@ -340,6 +378,9 @@ func (s *Store) AddImported(ctx context.Context, o Observation, dir Ino, items [
 		}
 		if p.Nlink == 0 {
 			return nil // removed while it was listed: its children have no path
+		}
+		if err := s.prefetchImports(tx, o, dir, items); err != nil {
+			return err
 		}
 		for _, it := range items {
 			if _, err := getEntry(tx, dir, it.Name); err == nil {
