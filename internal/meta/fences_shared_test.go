@@ -222,7 +222,11 @@ func TestRacingImportsOnOneServerNeverBringBackWhatAnotherRemovedAfterTheirObser
 		defer wg.Done()
 		defer stop.Store(true)
 		rng := rand.New(rand.NewPCG(uint64(seed), 1))
-		for i := 0; i < 400; i++ {
+		// 400 steps, and on until B had a few imports accepted (up to a
+		// deadline): on a fast store A could finish its steps before B's
+		// goroutine got to run, and the race proved nothing.
+		deadline := time.Now().Add(20 * time.Second)
+		for i := 0; i < 400 || importsAccepted.Load() < 5 && time.Now().Before(deadline); i++ {
 			name := names[rng.IntN(len(names))]
 			in, err := a.Lookup(ctx, w.Ino, name)
 			if errors.Is(err, syscall.ENOENT) {
