@@ -150,7 +150,7 @@ func (b *bench) lsTree(root string) (int, error) {
 	level := []string{root}
 	for len(level) > 0 {
 		var next []string
-		err := striped(listers, len(level), func(i int) error {
+		err := benchkit.Striped(listers, len(level), func(i int) error {
 			if b.Ctx.Err() != nil {
 				return b.Ctx.Err()
 			}
@@ -212,7 +212,7 @@ func (b *bench) putObjects() error {
 	})
 	var mu sync.Mutex
 	count, last := 0, time.Now()
-	err := striped(b.putWorkers, b.objects, func(i int) error {
+	err := benchkit.Striped(b.putWorkers, b.objects, func(i int) error {
 		if b.Ctx.Err() != nil {
 			return b.Ctx.Err()
 		}

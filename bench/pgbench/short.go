@@ -211,28 +211,12 @@ func (b *bench) makeEmpty(mnt, dir string, n int) error {
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return err
 	}
-	return striped(4, n, func(i int) error {
+	return benchkit.Striped(4, n, func(i int) error {
 		if b.Ctx.Err() != nil {
 			return b.Ctx.Err()
 		}
 		return os.WriteFile(filepath.Join(p, fmt.Sprintf("f%06d", i)), nil, 0o644)
 	})
-}
-
-// striped calls fn for 0 ... n-1 on workers goroutines, worker w taking w,
-// w+workers ..., and returns the errors.
-func striped(workers, n int, fn func(i int) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n && errs[w] == nil; i += workers {
-				errs[w] = fn(i)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // writeSeq writes -size bytes of the pattern to the new file name in

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -174,7 +173,7 @@ func (s *suite) rawListing(ctx context.Context, t *target, r *result, n int) err
 			return err
 		}
 		objs := page.Objects
-		if err := striped(heads, len(objs), func(i int) error {
+		if err := benchkit.Striped(heads, len(objs), func(i int) error {
 			_, err := t.bucket.Head(ctx, objs[i].Key, "")
 			return err
 		}); err != nil {
@@ -225,7 +224,7 @@ func (s *suite) makeBigDirs(n int) error {
 			dirs = append(dirs, src, src+"s")
 		}
 	}
-	return striped(runtime.NumCPU(), len(dirs), func(i int) error { return makeFiles(dirs[i], n) })
+	return benchkit.Striped(runtime.NumCPU(), len(dirs), func(i int) error { return makeFiles(dirs[i], n) })
 }
 
 // makeFiles makes the directory dir (and its parents) with n empty files,
@@ -240,22 +239,6 @@ func makeFiles(dir string, n int) error {
 		}
 	}
 	return nil
-}
-
-// striped calls fn(i) for every i in [0, n) from workers goroutines, each
-// taking every workers-th i; a goroutine stops at its first error.
-func striped(workers, n int, fn func(i int) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n && errs[w] == nil; i += workers {
-				errs[w] = fn(i)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 const rssChildArg = "-rss-child"
@@ -326,7 +309,7 @@ func rssChild() {
 		}
 		dirs = append(dirs, name)
 		first := d * perDir
-		err = striped(4, min(n-first, perDir), func(i int) error {
+		err = benchkit.Striped(4, min(n-first, perDir), func(i int) error {
 			tmpl := meta.Inode{Mode: syscall.S_IFREG | 0o644, Size: 4096}
 			_, err := eng.Meta.Create(ctx, dino.Ino, fmt.Sprintf("object-with-a-typical-name-%08d.dat", first+i), tmpl, nil)
 			return err
@@ -338,7 +321,7 @@ func rssChild() {
 	runtime.GC()
 	res["build_s"], res["rss_built"] = seconds(start), vmStat("VmRSS")
 	start = time.Now()
-	err = striped(listers, len(dirs), func(i int) error {
+	err = benchkit.Striped(listers, len(dirs), func(i int) error {
 		_, err := os.ReadDir(filepath.Join(mnt, dirs[i]))
 		return err
 	})

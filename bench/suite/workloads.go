@@ -258,7 +258,7 @@ func (s *suite) latency() error {
 			if t.bucket == nil {
 				break
 			}
-			err := striped(putters, st.n, func(i int) error {
+			err := benchkit.Striped(putters, st.n, func(i int) error {
 				return s.put(t.bucket, fmt.Sprintf("%s%s/f%03d", t.prefix, st.dir, i), st.size)
 			})
 			if err != nil {
@@ -550,7 +550,7 @@ func (s *suite) rename() error {
 		if err := errors.Join(t.fs.Mkdir(dir), t.fs.Mkdir(dir+"/a")); err != nil {
 			return err
 		}
-		err := striped(putters, n, func(i int) error { return s.writeSmall(ctx, t.fs, fmt.Sprintf("%s/a/f%05d", dir, i), 0) })
+		err := benchkit.Striped(putters, n, func(i int) error { return s.writeSmall(ctx, t.fs, fmt.Sprintf("%s/a/f%05d", dir, i), 0) })
 		if err != nil {
 			return err
 		}

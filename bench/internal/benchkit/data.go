@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -77,6 +78,23 @@ func Parallel(ctx context.Context, n, step int64, workers int, fn func(off int64
 	}
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// Striped calls fn(i) for every i in [0, n) from workers goroutines, each
+// taking every workers-th i; a goroutine stops at its first error. It
+// returns the errors.
+func Striped(workers, n int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n && errs[w] == nil; i += workers {
+				errs[w] = fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // ParseSize parses a size flag such as 512MiB (B, KiB, MiB and GiB, or no
