@@ -181,32 +181,36 @@ func (r *reader) endCounted(count *atomic.Int64) error {
 
 // get returns a copy of the committed value of key.
 func (r *reader) get(key []byte) ([]byte, error) {
-	if v, ok := r.fetched[string(key)]; ok {
-		if v == nil {
-			return nil, kv.ErrNotFound
+	v, ok := r.fetched[string(key)]
+	if ok {
+		v = bytes.Clone(v) // nil stays nil: no row
+	} else {
+		var err error
+		if v, err = r.fetch(key); err != nil {
+			return nil, err
 		}
-		return bytes.Clone(v), nil
-	}
-	var v []byte
-	found := false
-	err := r.read(r.ctx, func(rows pgx.Rows) error {
-		found = true
-		v = bytes.Clone(rows.RawValues()[0])
-		if v == nil {
-			v = []byte{}
+		if r.remember {
+			r.keep(key, bytes.Clone(v))
 		}
-		return nil
-	}, r.s.sql.get, key)
-	if err != nil {
-		return nil, err
 	}
-	if r.remember {
-		r.keep(key, bytes.Clone(v))
-	}
-	if !found {
+	if v == nil {
 		return nil, kv.ErrNotFound
 	}
 	return v, nil
+}
+
+// fetch reads the committed value of key from the database: a copy, nil
+// when there is no row.
+func (r *reader) fetch(key []byte) ([]byte, error) {
+	var v []byte
+	err := r.read(r.ctx, func(rows pgx.Rows) error {
+		v = bytes.Clone(rows.RawValues()[0])
+		if v == nil {
+			v = []byte{} // a row, empty: not a missing one
+		}
+		return nil
+	}, r.s.sql.get, key)
+	return v, err
 }
 
 // prefetch reads the committed values of the keys not read ahead yet, in
@@ -218,8 +222,8 @@ func (r *reader) prefetch(keys [][]byte) error {
 	}
 	if len(ask) == 1 {
 		// One key: the statement Get uses, prepared already.
-		v, err := r.get(ask[0])
-		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		v, err := r.fetch(ask[0])
+		if err != nil {
 			return err
 		}
 		r.keep(ask[0], v)
