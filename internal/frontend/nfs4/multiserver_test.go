@@ -154,6 +154,28 @@ func (n *pgNode) crash() {
 // env lets the package's raw test client dial the node.
 func (n *pgNode) env() *env { return &env{t: n.t, srv: n.srv, addr: n.addr} }
 
+// lockLedger has x, a new client of n, create the file ledger and hold a
+// write lock on its bytes [0, 100); it returns x, the file's handle and
+// x's open stateid.
+func lockLedger(t *testing.T, n *pgNode) (x *tclient, fh []byte, sid nfsv4.Stateid4) {
+	t.Helper()
+	x = n.env().dial(1, userCred)
+	x.session("x")
+	fh, sid = openFile(t, x, "o", "ledger")
+	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	return x, fh, sid
+}
+
+// openLedger has w, a new client of n (uid 1001), open the file ledger; it
+// returns w and its open stateid.
+func openLedger(t *testing.T, n *pgNode) (w *tclient, sid nfsv4.Stateid4) {
+	t.Helper()
+	w = n.env().dial(1, authSys(1001, 1001))
+	w.session("w")
+	out := w.do(putroot(), openArgs(w, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
+	return w, openOK(t, out[1]).Stateid
+}
+
 // client dials the node with the project's NFS client (4.1).
 func (n *pgNode) client(cfg nfsclient.Config) *nfsclient.Client {
 	n.t.Helper()
@@ -360,10 +382,7 @@ func TestAClientReclaimsItsLockWhenItsServerRestartsNextToAnother(t *testing.T) 
 		t.Fatal(err)
 	}
 	// x, a client of a, locks [0,100) of the ledger.
-	x := a.env().dial(1, userCred)
-	x.session("x")
-	fh, sid := openFile(t, x, "o", "ledger")
-	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
+	x, fh, sid := lockLedger(t, a)
 	if !a.records(t, a)["4.1:x"] || !b.records(t, b)["4.1:y"] {
 		t.Fatalf("records: a %v, b %v; want x under a and y under b", a.records(t, a), b.records(t, b))
 	}
@@ -514,14 +533,8 @@ func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim
 	f := newPGFS(t)
 	dirA := t.TempDir()
 	a, b := f.start(dirA, Options{}), f.start(t.TempDir(), Options{})
-	x := a.env().dial(1, userCred)
-	x.session("x")
-	fh, sid := openFile(t, x, "o", "ledger")
-	x.do(putfh(fh), lockNew(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
-	w := b.env().dial(1, authSys(1001, 1001))
-	w.session("w")
-	out := w.do(putroot(), openArgs(w, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
-	wsid := openOK(t, out[1]).Stateid
+	x, fh, sid := lockLedger(t, a)
+	w, wsid := openLedger(t, b)
 
 	a.stop()
 	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
@@ -531,7 +544,7 @@ func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim
 	if x.sessionOnly("x") {
 		t.Fatal("the restarted server knew x's client id")
 	}
-	out = x.do(putfh(fh), openPrevious(x, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
+	out := x.do(putfh(fh), openPrevious(x, 0, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH))
 	sid = openOK(t, out[1]).Stateid
 	x.do(putfh(fh), lockReclaim(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
 	x.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
