@@ -31,6 +31,34 @@ import (
 // is half of it (the default with a Registry).
 const registryLease = 4 * time.Second
 
+// renewing renews c's lease (a SEQUENCE every 300 ms) until the returned
+// stop is called, which waits for the last renewal; c must not be used
+// meanwhile. A test whose client holds state on one server while another
+// server restarts needs it: on a loaded machine the restart can take
+// longer than the NFS lease of these tests (half of registryLease), and
+// then the client's state expires for want of renewal, which is not what
+// the test is about.
+func renewing(c *tclient) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if _, st := c.call(); st != nfsv4.NFS4_OK {
+					c.t.Errorf("renew the lease: %s", nfsv4.Nfsstat4_name[st])
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 // pgFS is one file system on PostgreSQL and an external bucket.
 type pgFS struct {
 	t   *testing.T
@@ -539,6 +567,7 @@ func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim
 	a.stop()
 	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
 
+	stop := renewing(w)
 	a = f.start(dirA, Options{})
 	x = a.env().dial(1, userCred)
 	if x.sessionOnly("x") {
@@ -548,6 +577,7 @@ func TestTheLocksOfAServerThatStopsCleanlyHoldForTheOthersUntilItsClientsReclaim
 	sid = openOK(t, out[1]).Stateid
 	x.do(putfh(fh), lockReclaim(x, sid, "l", nfsv4.WRITE_LT, 0, 100))
 	x.do(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	stop()
 	w.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockNew(w, wsid, "wl", nfsv4.WRITE_LT, 50, 1))
 }
 

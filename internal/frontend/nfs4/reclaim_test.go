@@ -126,6 +126,9 @@ func TestAReclaimThatConflictsWithALockGrantedThroughAnotherServerIsReclaimConfl
 	a.crash()
 	waitLock(t, w, fh, wsid, "wl", 50, 1)
 
+	// w's lock must outlive the restart, or nothing conflicts with the
+	// reclaim.
+	defer renewing(w)()
 	a = f.start(dirA, Options{})
 	x = a.env().dial(1, userCred)
 	x.sessionOnly("x")
