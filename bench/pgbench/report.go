@@ -85,6 +85,8 @@ type dbCounts struct {
 	Updates    int64 `json:"updates"`
 	Views      int64 `json:"views"`
 	Retries    int64 `json:"retries"` // Updates' fns run again
+	Guessed    int64 `json:"guessed"` // Updates' reads answered by guesses
+	Stale      int64 `json:"stale"`   // retries after a wrong guess
 }
 
 func (c *dbCounts) add(before, after postgres.Stats, ops int) {
@@ -93,6 +95,8 @@ func (c *dbCounts) add(before, after postgres.Stats, ops int) {
 	c.Updates += after.Updates - before.Updates
 	c.Views += after.Views - before.Views
 	c.Retries += (after.Attempts - after.Updates) - (before.Attempts - before.Updates)
+	c.Guessed += after.Guessed - before.Guessed
+	c.Stale += after.Stale - before.Stale
 }
 
 func (c *dbCounts) per(n int64) string {
@@ -123,19 +127,21 @@ func (b *bench) report() error {
 	fmt.Fprintf(md, "Command: `%s`\n\n", strings.Join(append([]string{"go run ./bench/pgbench"}, os.Args[1:]...), " "))
 	if len(b.results.Short) > 0 {
 		say(md, fmt.Sprintf("One server on PostgreSQL against the same server on Pebble: median of %d runs (seconds), "+
-			"the speed ratio, and what each operation asked of PostgreSQL (round trips, Updates, Views, Updates run again):", b.runs))
+			"the speed ratio, and what each operation asked of PostgreSQL (round trips, Updates, Views, reads of Updates answered by guesses, "+
+			"Updates run again, of which after a stale guess):", b.runs))
 		var rows [][]string
 		for _, r := range b.results.Short {
 			c := r.DB[sidePG]
-			var rt, up, vw, re string = "-", "-", "-", "-"
+			var rt, up, vw, gu, re string = "-", "-", "-", "-", "-"
 			if c != nil {
-				rt, up, vw, re = c.per(c.RoundTrips), c.per(c.Updates), c.per(c.Views), c.per(c.Retries)
+				rt, up, vw, gu = c.per(c.RoundTrips), c.per(c.Updates), c.per(c.Views), c.per(c.Guessed)
+				re = c.per(c.Retries) + " (" + c.per(c.Stale) + ")"
 			}
 			rows = append(rows, []string{r.Name, cell(r.value(sidePG)), cell(r.value(sidePebble)),
-				ratioCell(r.speed(sidePG, sidePebble)), r.Op, rt, up, vw, re})
+				ratioCell(r.speed(sidePG, sidePebble)), r.Op, rt, up, vw, gu, re})
 		}
-		benchkit.Table(md, "|---|--:|--:|--:|---|--:|--:|--:|--:|",
-			[]string{"workload", "PostgreSQL s", "Pebble s", "PG/Pebble speed", "per", "round trips", "Updates", "Views", "retries"}, rows)
+		benchkit.Table(md, "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|",
+			[]string{"workload", "PostgreSQL s", "Pebble s", "PG/Pebble speed", "per", "round trips", "Updates", "Views", "guessed", "retries (stale)"}, rows)
 		fmt.Println()
 		md.WriteString("\n")
 	}

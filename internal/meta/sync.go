@@ -38,8 +38,11 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) (out []Queued
 // PendingBytes sums the sizes of the queued regular files whose bytes
 // changed (DataDirty): what their exports will upload. It reads at most
 // max of them, in queue order, in one read transaction, and reports
-// whether it stopped there (partial). Each file costs one read, a round
-// trip on a database: callers that ask often keep max small.
+// whether it stopped there (partial). Their inodes are read
+// pendingBytesBatch at a time: on a database, a round trip each batch.
+// pendingBytesBatch is how many inodes PendingBytes reads at once.
+const pendingBytesBatch = 256
+
 func (s *Store) PendingBytes(ctx context.Context, max int) (bytes int64, partial bool, err error) {
 	prefix := []byte{pDue}
 	err = s.kv.View(ctx, func(r kv.Reader) error {
@@ -57,7 +60,17 @@ func (s *Store) PendingBytes(ctx context.Context, max int) (bytes int64, partial
 		}); err != nil {
 			return err
 		}
-		for _, ino := range inos {
+		for i, ino := range inos {
+			if i%pendingBytesBatch == 0 {
+				batch := inos[i:min(i+pendingBytesBatch, len(inos))]
+				keys := make([][]byte, len(batch))
+				for j, ino := range batch {
+					keys[j] = inodeKey(ino)
+				}
+				if err := r.Prefetch(keys...); err != nil {
+					return err
+				}
+			}
 			in, err := s.getInode(r, ino)
 			if errors.Is(err, syscall.ENOENT) {
 				continue // forgotten since it was queued

@@ -88,6 +88,20 @@
 // front: a lookup reads the directory and the name in one round trip, a
 // create its parent, name and counter cell in one.
 //
+// # Guesses: an Update's reads from memory, checked with its COMMIT
+//
+// The values that a View or an Update of this store read, and those an
+// Update wrote, are kept (up to 16,384 keys of values up to 1 KiB) as
+// guesses. An Update's first run takes a value from them instead of
+// reading it, and the batch that carries its writes and COMMIT checks
+// every value it took, first: a statement that fails when one differs from
+// the row, which rolls the transaction back; Update then runs fn again
+// without guesses. So an Update that reads only keys this server read or
+// wrote shortly before (a create after the kernel's lookup of the name, a
+// write after the create) is one round trip. guess.go states why this is
+// as serializable as reading; Stats counts Guessed reads and Stale
+// Updates.
+//
 // # Snapshot: one connection, reads take turns
 //
 // A Snapshot holds one connection of the pool in a REPEATABLE READ READ

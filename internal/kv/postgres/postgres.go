@@ -79,8 +79,13 @@ type Store struct {
 	unsynced map[string]bool
 	lost     error
 
+	// guesses are values recent transactions read or wrote, which an
+	// Update may take instead of reading them (guess.go).
+	guesses *guesses
+
 	stats struct {
 		views, updates, attempts, roundTrips, unwaited, syncs atomic.Int64
+		guessed, stale                                        atomic.Int64
 	}
 
 	// ending counts the Views whose COMMIT runs in the background
@@ -98,15 +103,20 @@ type Stats struct {
 	// and waited for: the latency a caller pays.
 	RoundTrips int64
 	// Unwaited counts the statements sent that no caller waits for: the
-	// COMMIT of each View.
+	// COMMIT of each View, the ROLLBACK of each Update run that did not
+	// commit.
 	Unwaited int64
 	Syncs    int64
+	// Guessed counts the reads of Updates answered by guesses (guess.go);
+	// Stale the Updates run again because one of them was wrong.
+	Guessed, Stale int64
 }
 
 // Stats returns the store's counts so far.
 func (s *Store) Stats() Stats {
 	return Stats{Views: s.stats.views.Load(), Updates: s.stats.updates.Load(), Attempts: s.stats.attempts.Load(),
-		RoundTrips: s.stats.roundTrips.Load(), Unwaited: s.stats.unwaited.Load(), Syncs: s.stats.syncs.Load()}
+		RoundTrips: s.stats.roundTrips.Load(), Unwaited: s.stats.unwaited.Load(), Syncs: s.stats.syncs.Load(),
+		Guessed: s.stats.guessed.Load(), Stale: s.stats.stale.Load()}
 }
 
 // instanceKey is where a connection keeps the run of the database it
@@ -142,6 +152,7 @@ type statements struct {
 	deleteMany, deleteRange                      string
 	scanFrom, scanFromTo, scanAfter, scanAfterTo string
 	syncMark, dropMark                           string
+	checkGuesses                                 string
 }
 
 func newStatements(schema string) statements {
@@ -167,6 +178,13 @@ func newStatements(schema string) statements {
 		syncMark: "INSERT INTO " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " (store, n) VALUES ($1, 1)" +
 			" ON CONFLICT (store) DO UPDATE SET n = " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + ".n + 1",
 		dropMark: "DELETE FROM " + pgx.Identifier{schema, "sync_marks"}.Sanitize() + " WHERE store = $1",
+		// The guesses $1 (keys) and $2 (values, NULL: no row) against the
+		// rows: a failed cast of staleGuess when one differs, which fails
+		// the transaction (guess.go). Each key is an equality on the
+		// primary key (a nested loop of index scans; Open turns the other
+		// joins off).
+		checkGuesses: "SELECT (CASE WHEN bool_and(r.v IS NOT DISTINCT FROM g.v) THEN '1' ELSE '" + staleGuess + "' END)::int" +
+			" FROM unnest($1::bytea[], $2::bytea[]) AS g(k, v) LEFT JOIN " + t + " r ON r.k = g.k",
 	}
 }
 
@@ -250,7 +268,7 @@ func Open(ctx context.Context, url string, opt Options) (kv.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel, unsynced: map[string]bool{}}
+	s := &Store{pool: pool, name: name, opt: opt, sql: newStatements(opt.Schema), syncLevel: syncLevel, unsynced: map[string]bool{}, guesses: newGuesses()}
 	s.mark = make([]byte, 16)
 	crand.Read(s.mark)
 	if err := s.prepareSchema(ctx); err != nil {
@@ -453,7 +471,7 @@ func (s *Store) View(ctx context.Context, fn func(r kv.Reader) error) error {
 	if err != nil {
 		return fmt.Errorf("%s: view: %w", s.name, err)
 	}
-	r.remember = true
+	r.remember, r.feed = true, true
 	defer s.endLater(r)
 	return fn(r)
 }

@@ -395,11 +395,15 @@ func TestWithAsyncCommitASyncAfterTheDatabaseRestartedFailsForCommitsOfTheEarlie
 // The round trips the package doc promises, as Stats counts them: an
 // Update that only writes is one (BEGIN, the writes and COMMIT in one
 // batch); one that reads a key first is two (the read carries BEGIN, the
-// writes travel with COMMIT); a View of one key is one (the read with
-// BEGIN; its COMMIT is sent after the View returned, unwaited); a
-// Prefetch of three keys is one, and the Gets of those keys none.
+// writes travel with COMMIT), or one when this store read or wrote the key
+// before (a guess, checked in the batch of the writes: guess.go); a View
+// of one key is one (the read with BEGIN; its COMMIT is sent after the
+// View returned, unwaited); a Prefetch of three keys is one, and the Gets
+// of those keys none. Keys another store wrote are not guessed.
 func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
-	s := open(t, pgtest.Start(t).NewDatabase(t), "bucketfs").(*Store)
+	url := pgtest.Start(t).NewDatabase(t)
+	s := open(t, url, "bucketfs").(*Store)
+	kvtest.Set(t, open(t, url, "bucketfs"), "x", "0", "y", "0", "z", "0")
 	ctx := context.Background()
 	cost := func(what string, want int64, fn func() error) {
 		t.Helper()
@@ -416,7 +420,7 @@ func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 	})
 	cost("an Update that reads a key, then writes two", 2, func() error {
 		return s.Update(ctx, func(tx kv.Txn) error {
-			if _, err := tx.Get([]byte("a")); err != nil {
+			if _, err := tx.Get([]byte("x")); err != nil {
 				return err
 			}
 			if err := tx.Set([]byte("b"), []byte("2")); err != nil {
@@ -429,12 +433,29 @@ func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 	cost("a View of one key", 1, func() error {
 		return s.View(ctx, func(r kv.Reader) error { _, err := r.Get([]byte("b")); return err })
 	})
-	cost("an Update that prefetches three keys, reads them and writes one", 2, func() error {
+	cost("an Update that reads a key it wrote before, then writes one", 1, func() error {
 		return s.Update(ctx, func(tx kv.Txn) error {
-			if err := tx.Prefetch([]byte("a"), []byte("b"), []byte("none")); err != nil {
+			if _, err := tx.Get([]byte("a")); err != nil {
 				return err
 			}
-			for _, k := range []string{"a", "b", "none", "a"} {
+			return tx.Set([]byte("e"), []byte("5"))
+		})
+	})
+	cost("an Update that only reads keys it wrote before", 1, func() error {
+		return s.Update(ctx, func(tx kv.Txn) error {
+			if _, err := tx.Get([]byte("a")); err != nil {
+				return err
+			}
+			_, err := tx.Get([]byte("e"))
+			return err
+		})
+	})
+	cost("an Update that prefetches three keys, reads them and writes one", 2, func() error {
+		return s.Update(ctx, func(tx kv.Txn) error {
+			if err := tx.Prefetch([]byte("y"), []byte("z"), []byte("none")); err != nil {
+				return err
+			}
+			for _, k := range []string{"y", "z", "none", "y"} {
 				if _, err := tx.Get([]byte(k)); err != nil && !errors.Is(err, kv.ErrNotFound) {
 					return err
 				}
@@ -476,8 +497,8 @@ func TestRoundTripsOfUpdatesAndViews(t *testing.T) {
 		t.Errorf("%d unwaited statements for three Views, want 3 (their COMMITs)", got)
 	}
 	st := s.Stats()
-	if st.Updates != 3 || st.Attempts != 3 || st.Views < 3 {
-		t.Errorf("Stats %+v: want 3 Updates in 3 attempts and three Views", st)
+	if st.Updates != 5 || st.Attempts != 5 || st.Views < 3 || st.Guessed != 3 || st.Stale != 0 {
+		t.Errorf("Stats %+v: want 5 Updates in 5 attempts, three Views and 3 guessed reads, none stale", st)
 	}
 }
 

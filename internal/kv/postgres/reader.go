@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,15 @@ type reader struct {
 	// file's blocks once each.
 	fetched  map[string][]byte
 	remember bool
+	// feed makes what this transaction reads from the database guesses
+	// for later Updates (a View's or an Update's; not a Snapshot's, which
+	// may be old). See guess.go.
+	feed bool
+	// guess lets reads take values from the store's guesses (an Update's
+	// first run); guessed holds the values they took, which the
+	// transaction checks before it commits (guess.go's invariant).
+	guess   bool
+	guessed map[string][]byte
 }
 
 // errNoConnection is the error of a read after the reader lost its
@@ -182,6 +192,9 @@ func (r *reader) endCounted(count *atomic.Int64) error {
 // get returns a copy of the committed value of key.
 func (r *reader) get(key []byte) ([]byte, error) {
 	v, ok := r.fetched[string(key)]
+	if !ok {
+		v, ok = r.fromGuess(key)
+	}
 	if ok {
 		v = bytes.Clone(v) // nil stays nil: no row
 	} else {
@@ -190,7 +203,8 @@ func (r *reader) get(key []byte) ([]byte, error) {
 			return nil, err
 		}
 		if r.remember {
-			r.keep(key, bytes.Clone(v))
+			r.learned(key, v)
+			v = bytes.Clone(v)
 		}
 	}
 	if v == nil {
@@ -217,6 +231,9 @@ func (r *reader) fetch(key []byte) ([]byte, error) {
 // one round trip, into r.fetched; nothing is kept when the read fails.
 func (r *reader) prefetch(keys [][]byte) error {
 	ask := r.unread(keys)
+	if r.guess {
+		ask = slices.DeleteFunc(ask, func(k []byte) bool { _, ok := r.fromGuess(k); return ok })
+	}
 	if len(ask) == 0 {
 		return nil
 	}
@@ -226,7 +243,7 @@ func (r *reader) prefetch(keys [][]byte) error {
 		if err != nil {
 			return err
 		}
-		r.keep(ask[0], v)
+		r.learned(ask[0], v)
 		return nil
 	}
 	got := make(map[string][]byte, len(ask))
@@ -234,7 +251,7 @@ func (r *reader) prefetch(keys [][]byte) error {
 		return err
 	}
 	for _, k := range ask {
-		r.keep(k, got[string(k)])
+		r.learned(k, got[string(k)])
 	}
 	return nil
 }
@@ -269,6 +286,9 @@ func (r *reader) unread(keys [][]byte) [][]byte {
 // committed value names (kv.RefKey), in one round trip. When ref was read
 // already, the key it names is known: a plain prefetch.
 func (r *reader) prefetchRef(ref, prefix []byte, n int, keys [][]byte) error {
+	if _, ok := r.fetched[string(ref)]; !ok {
+		r.fromGuess(ref)
+	}
 	if v, ok := r.fetched[string(ref)]; ok {
 		if target := kv.RefKey(prefix, n, v); target != nil && v != nil {
 			keys = append(keys[:len(keys):len(keys)], target)
@@ -281,11 +301,11 @@ func (r *reader) prefetchRef(ref, prefix []byte, n int, keys [][]byte) error {
 		return err
 	}
 	for _, k := range ask {
-		r.keep(k, got[string(k)])
+		r.learned(k, got[string(k)])
 	}
 	if v := got[string(ref)]; v != nil {
 		if target := kv.RefKey(prefix, n, v); target != nil {
-			r.keep(target, got[string(target)])
+			r.learned(target, got[string(target)])
 		}
 	}
 	return nil
@@ -297,6 +317,35 @@ func (r *reader) keep(key, v []byte) {
 		r.fetched = make(map[string][]byte)
 	}
 	r.fetched[string(key)] = v
+}
+
+// learned keeps v (nil: no row), just read from the database, as the
+// committed value of key, and makes it a guess when the reader feeds
+// them. v must not change afterwards.
+func (r *reader) learned(key, v []byte) {
+	r.keep(key, v)
+	if r.feed {
+		r.s.guesses.put(key, v)
+	}
+}
+
+// fromGuess answers a read of key from the store's guesses, when the
+// reader may guess and one is there: it keeps the value as read, and
+// records it among those the transaction must check.
+func (r *reader) fromGuess(key []byte) (v []byte, ok bool) {
+	if !r.guess {
+		return nil, false
+	}
+	if v, ok = r.s.guesses.get(key); !ok {
+		return nil, false
+	}
+	r.keep(key, v)
+	if r.guessed == nil {
+		r.guessed = make(map[string][]byte)
+	}
+	r.guessed[string(key)] = v
+	r.s.stats.guessed.Add(1)
+	return v, true
 }
 
 // page is one read of a Scan: keys and values in order, copied.

@@ -34,9 +34,12 @@ func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) er
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		again, err := s.attempt(ctx, fn)
+		again, err := s.attempt(ctx, fn, attempt == 0)
 		if !again {
 			return err
+		}
+		if errors.Is(err, errGuessed) {
+			continue // again at once, without guesses
 		}
 		if werr := s.backoff(ctx, attempt); werr != nil {
 			return fmt.Errorf("%s: update gave up after %d attempts (last: %v): %w", s.name, attempt+1, err, werr)
@@ -44,28 +47,32 @@ func (s *Store) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) er
 	}
 }
 
+// errGuessed is why an Update runs fn again at once, without guesses:
+// a guess was wrong, or fn failed after it guessed (guess.go).
+var errGuessed = errors.New("an update's guessed read must be read again")
+
+// staleGuess is the text of the check of guesses that fails
+// (statements.checkGuesses).
+const staleGuess = "bucketfs: a guessed read is stale"
+
 // attempt runs fn once in a transaction and commits it. again reports
 // whether the transaction surely did not commit for a reason that may
-// pass: then err is why.
-func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bool, err error) {
+// pass: then err is why. guess lets fn's reads take guesses.
+func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error, guess bool) (again bool, err error) {
 	s.stats.attempts.Add(1)
 	r, err := s.newReader(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE")
 	if err != nil {
 		// Connecting failed (the server restarting, say): nothing ran.
 		return ctx.Err() == nil, fmt.Errorf("%s: update: %w", s.name, err)
 	}
-	r.remember = true
+	r.remember, r.feed, r.guess = true, true, guess
 	t := &txn{reader: *r, writes: map[string]write{}}
 	committed := false
 	defer func() {
 		if !committed && t.begun && !t.closed() {
 			// Rolls back fn's transaction, also when fn panics.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-			s.stats.roundTrips.Add(1)
-			if _, rerr := t.conn().Exec(rctx, "ROLLBACK"); rerr != nil {
-				t.conn().Close(context.Background())
-			}
-			cancel()
+			s.rollbackLater(&t.reader)
+			return
 		}
 		t.release()
 	}()
@@ -76,17 +83,56 @@ func (s *Store) attempt(ctx context.Context, fn func(tx kv.Txn) error) (again bo
 		return true, fmt.Errorf("%s: update: %w", s.name, t.lost)
 	}
 	if ferr != nil {
+		if len(t.guessed) > 0 {
+			// The error may come of a wrong guess: fn runs again
+			// without, and says.
+			return true, fmt.Errorf("%w: %w", errGuessed, ferr)
+		}
 		return false, ferr
 	}
-	if !t.begun && len(t.writes) == 0 && len(t.ranges) == 0 {
+	if !t.begun && len(t.writes) == 0 && len(t.ranges) == 0 && len(t.guessed) == 0 {
 		committed = true
 		return false, nil
 	}
 	again, err = t.commit(ctx)
 	if committed = err == nil; committed {
 		s.noteCommit(t.conn())
+		t.feedWrites()
 	}
 	return again, err
+}
+
+// rollbackLater rolls r's transaction back and gives its connection back
+// to the pool in the background, as endLater does a View's COMMIT: no
+// caller needs a ROLLBACK's answer (Update runs fn again on another
+// connection). If the ROLLBACK fails, the connection is closed rather
+// than given back. Close waits for these to finish.
+func (s *Store) rollbackLater(r *reader) {
+	s.ending.Add(1)
+	go func() {
+		defer s.ending.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		defer cancel()
+		s.stats.unwaited.Add(1)
+		if _, err := r.conn().Exec(ctx, "ROLLBACK"); err != nil {
+			r.conn().Close(context.Background())
+		}
+		r.release()
+	}()
+}
+
+// feedWrites makes the committed writes guesses for later Updates.
+func (t *txn) feedWrites() {
+	for _, r := range t.ranges {
+		t.s.guesses.dropRange(r)
+	}
+	for k, w := range t.writes {
+		if w.deleted {
+			t.s.guesses.put([]byte(k), nil)
+		} else {
+			t.s.guesses.put([]byte(k), w.value)
+		}
+	}
 }
 
 // write is one buffered write of a transaction: a value, or a delete.
@@ -315,6 +361,15 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 	if !t.begun {
 		b.Queue(t.begin)
 	}
+	check := -1 // the statement that checks the guesses
+	if len(t.guessed) > 0 {
+		keys, vals := make([][]byte, 0, len(t.guessed)), make([][]byte, 0, len(t.guessed))
+		for k, v := range t.guessed {
+			keys, vals = append(keys, []byte(k)), append(vals, v)
+		}
+		check = b.Len()
+		b.Queue(t.s.sql.checkGuesses, keys, vals)
+	}
 	for _, r := range t.ranges {
 		b.Queue(t.s.sql.deleteRange, r.lower, r.upper)
 	}
@@ -359,6 +414,11 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 	}
 	var pgErr *pgconn.PgError
 	switch {
+	case failed == check && errors.As(stmtErr, &pgErr) && pgErr.Code == "22P02": // invalid_text_representation
+		// A guess was wrong: rolled back, to be run again without.
+		t.s.stats.stale.Add(1)
+		t.s.guesses.drop(t.guessed)
+		return true, fmt.Errorf("%s: commit: %w: %w", t.s.name, errGuessed, stmtErr)
 	case errors.As(stmtErr, &pgErr) && (pgErr.Severity == "ERROR" || failed < b.Len()-1):
 		// An ERROR, or a FATAL answer to a statement before COMMIT (the
 		// server ended the session without reading on): rolled back.
