@@ -449,6 +449,35 @@ func TestCopyOntoItselfReplacesMetadata(t *testing.T) {
 	}
 }
 
+// A Copy of a version whose bytes are not those of the ETag the caller
+// knows for it (SourceETag) fails with ErrSourceChanged when the
+// destination's condition holds, and with ErrPrecondition when it does
+// not; with the right ETag it copies. (The store's own race, which copies
+// the current object under an older version's name, cannot be timed
+// here; a wrong ETag makes the store refuse the same way.)
+func TestACopyWhoseSourceIsNotTheETagNamedIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, "")
+	ctx := context.Background()
+	v1 := put(t, c, "src", []byte("one"), PutOptions{})
+	v2 := put(t, c, "src", []byte("two"), PutOptions{})
+	_, err := c.Copy(ctx, "dst", "src", v2.VersionID, PutOptions{IfNoneMatch: true, SourceETag: v1.ETag})
+	if !errors.Is(err, ErrSourceChanged) || errors.Is(err, ErrPrecondition) {
+		t.Errorf("Copy of v2 named with v1's ETag: %v, want ErrSourceChanged and not ErrPrecondition", err)
+	}
+	put(t, c, "dst", []byte("there"), PutOptions{})
+	_, err = c.Copy(ctx, "dst", "src", v2.VersionID, PutOptions{IfNoneMatch: true, SourceETag: v1.ETag})
+	if !errors.Is(err, ErrPrecondition) {
+		t.Errorf("the same onto an existing key with If-None-Match: %v, want ErrPrecondition", err)
+	}
+	if _, err := c.Copy(ctx, "new", "src", v1.VersionID, PutOptions{IfNoneMatch: true, SourceETag: v1.ETag}); err != nil {
+		t.Fatalf("Copy of v1 with its ETag: %v", err)
+	}
+	if got, _ := getAll(t, c, "new", "", 0, -1); string(got) != "one" {
+		t.Errorf("copied %q, want one", got)
+	}
+}
+
 func TestDeleteLeavesAMarkerAndIgnoresMissingKeys(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t, "")

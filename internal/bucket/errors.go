@@ -25,7 +25,14 @@ var (
 	// acknowledged while another write of the key landed next to it (see
 	// confirmWrite). It is an ErrPrecondition: the condition did not hold
 	// for the write as the store ordered it.
-	ErrInterleaved = fmt.Errorf("another write of the key landed next to this conditional one: %w", ErrPrecondition)
+	// ErrSourceChanged is the error of a Copy from a version whose
+	// ETag (PutOptions.SourceETag) the store found different from the
+	// object it copied, while the destination's condition held: the
+	// store would have copied another version's bytes (see SourceETag).
+	// It is not an ErrPrecondition of the destination: a later Copy of
+	// the same version may succeed.
+	ErrSourceChanged = errors.New("the store's copy source was not the version named")
+	ErrInterleaved   = fmt.Errorf("another write of the key landed next to this conditional one: %w", ErrPrecondition)
 )
 
 // refuseWrite fails with ErrReadOnly when the client is read-only (see

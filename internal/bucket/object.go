@@ -55,6 +55,14 @@ type PutOptions struct {
 	// IfNoneMatch makes the write succeed only if the key has no current
 	// object (If-None-Match: *).
 	IfNoneMatch bool
+	// SourceETag, for Copy from a named version: that version's ETag,
+	// sent as the copy-source condition, so that a store that copies other
+	// bytes than the version's refuses instead. versitygw v1.8.0 checks
+	// that the version named is the current one and then opens the
+	// current object: a write of the source key landing in between is
+	// copied under the old version's name. Copy then fails with
+	// ErrSourceChanged (see there).
+	SourceETag  string
 	Metadata    map[string]string
 	ContentType string
 
@@ -421,6 +429,9 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 	if dstKey == srcKey && srcVersion == "" && opt.IfMatch != "" {
 		in.CopySourceIfMatch = opt.ifMatch()
 	}
+	if opt.SourceETag != "" {
+		in.CopySourceIfMatch = matchETag(opt.SourceETag)
+	}
 	if err := c.checkCondition(ctx, dstKey, opt); err != nil {
 		return ObjectInfo{}, err
 	}
@@ -428,7 +439,11 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 	defer op.done()
 	out, err := c.s3.CopyObject(op.ctx, in)
 	if err != nil {
-		return ObjectInfo{}, c.fail(op, "copy "+srcKey+" to", dstKey, err)
+		err = c.fail(op, "copy "+srcKey+" to", dstKey, err)
+		if opt.SourceETag != "" && errors.Is(err, ErrPrecondition) && c.destinationHolds(ctx, dstKey, opt) {
+			return ObjectInfo{}, fmt.Errorf("bucket: copy %s (version %s, etag %s) to %s: %w", srcKey, srcVersion, opt.SourceETag, dstKey, ErrSourceChanged)
+		}
+		return ObjectInfo{}, err
 	}
 	info := ObjectInfo{
 		Key:         dstKey,
@@ -445,6 +460,22 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 		return ObjectInfo{}, err
 	}
 	return info, nil
+}
+
+// destinationHolds reports whether the destination's condition of a
+// refused Copy (opt's If-Match or If-None-Match) holds now, as a HEAD
+// sees it: then the copy-source condition was the one refused.
+func (c *Client) destinationHolds(ctx context.Context, key string, opt PutOptions) bool {
+	cur, err := c.Head(ctx, key, "")
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return opt.IfMatch == ""
+	case err != nil:
+		return false
+	case opt.IfNoneMatch:
+		return false
+	}
+	return opt.IfMatch == "" || cur.ETag == strings.Trim(opt.IfMatch, `"`)
 }
 
 // DeleteCurrent deletes the object at key, which the caller saw as cur (a

@@ -475,7 +475,11 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 				keep = append(keep, old)
 				continue
 			}
-			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k), Ours: e.oursOf(in.Ino, k)}
+			// SourceETag: a store that copied the source key's newer
+			// object under src's version (a bucket-side write landing
+			// mid-copy) refuses instead; the reconcile fails and is done
+			// again (bucket.ErrSourceChanged).
+			opt := bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k), Ours: e.oursOf(in.Ino, k), SourceETag: src.ETag}
 			if exported {
 				opt.IfMatch, opt.IfMatchVersion = old.ETag, old.VersionID
 			} else {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ func pgBenchMounts(b *testing.B, fn func(b *testing.B, dir string)) {
 		b.ReportMetric(float64(after.Updates-before.Updates)/n, "updates/op")
 		b.ReportMetric(float64(after.Views-before.Views)/n, "views/op")
 		b.ReportMetric(float64(after.Attempts-after.Updates-(before.Attempts-before.Updates))/n, "retries/op")
+		b.ReportMetric(float64(after.Stale-before.Stale)/n, "stale/op")
 	})
 }
 
@@ -81,5 +83,25 @@ func BenchmarkPostgreSQLCreate(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// Four writers creating 4 KiB files in one directory at once: every
+// create changes the directory, so a create's guess of it (kv/postgres
+// guess.go) is often stale by its commit; stale/op says how often.
+func BenchmarkPostgreSQLCreateFourWritersInOneDirectory(b *testing.B) {
+	data := make([]byte, 4096)
+	pgBenchMounts(b, func(b *testing.B, dir string) {
+		var next atomic.Int64
+		b.SetParallelism(2) // 2 CPUs here: 4 writers
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				name := filepath.Join(dir, fmt.Sprintf("f%07d", next.Add(1)))
+				if err := os.WriteFile(name, data, 0o644); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 }
