@@ -248,6 +248,57 @@ func TestAnUpdateAfterARestartReconnectsAndAnUpdateWhileDownFailsAtItsDeadline(t
 	}
 }
 
+// A kill -9 of the server leaves the pool's connections dead without the
+// pool knowing. An Update whose first statement is its COMMIT batch (its
+// one read was a guess) begun while the server is down must not send that
+// batch on a dead connection, where its outcome would be unknown (an EIO
+// to a writer; the three-server restart test saw FUSE writes fail so): it
+// waits for the server, as an Update that reads first does, and commits
+// once.
+func TestAnUpdateWithNoReadBegunWhileTheServerIsDownWaitsForIt(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, srv.NewDatabase(t), "bucketfs").(*Store)
+	ctx := context.Background()
+	kvtest.Set(t, s, "n", "")
+	// Four connections in the pool, each used a moment ago: four Views
+	// that each hold theirs until all four have read.
+	var wg, inside sync.WaitGroup
+	inside.Add(4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.View(ctx, func(r kv.Reader) error {
+				_, err := r.Get([]byte("n"))
+				inside.Done()
+				inside.Wait()
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	srv.Kill()
+	done := make(chan error, 1)
+	runs := 0
+	go func() {
+		done <- s.Update(ctx, func(tx kv.Txn) error {
+			runs++
+			v, err := tx.Get([]byte("n")) // a guess on the first run
+			if err != nil {
+				return err
+			}
+			return tx.Set([]byte("n"), append(v, '+'))
+		})
+	}()
+	srv.Start()
+	if err := <-done; err != nil {
+		t.Fatalf("Update begun while the server was down: %v; want it to wait and commit", err)
+	}
+	if got := kvtest.ViewGet(t, s, "n"); got != "+" {
+		t.Errorf("n = %q after %d runs, want + (one commit)", got, runs)
+	}
+}
+
 // kill -9 of the server during a stream of Updates from several
 // goroutines: after the restart every Update that returned nil is there,
 // and none that failed with a known outcome is.

@@ -357,6 +357,11 @@ func (t *txn) commit(ctx context.Context) (again bool, err error) {
 	if t.pc == nil { // lost with fn's reads, and ctx ended: nothing sent
 		return false, fmt.Errorf("%s: commit: %w", t.s.name, errors.Join(errNoConnection, ctx.Err()))
 	}
+	if !t.begun && peerClosed(t.conn()) {
+		// Nothing sent on this connection yet: nothing can commit.
+		t.conn().Close(context.Background())
+		return ctx.Err() == nil, fmt.Errorf("%s: commit not sent: %w", t.s.name, errPeerClosed)
+	}
 	b := &pgx.Batch{}
 	if !t.begun {
 		b.Queue(t.begin)
