@@ -74,7 +74,17 @@ func (c *Client) ConditionalDeletes() bool { return c.conditionalDeletes.Load() 
 // checkCondition emulates opt's conditions with a HEAD, for stores that
 // ignore them.
 func (c *Client) checkCondition(ctx context.Context, key string, opt PutOptions) error {
-	if !c.headBeforeWrite.Load() || (opt.IfMatch == "" && !opt.IfNoneMatch) {
+	if !c.headBeforeWrite.Load() {
+		return nil
+	}
+	return c.headCondition(ctx, key, opt)
+}
+
+// headCondition checks opt's conditions on key (If-Match, If-None-Match)
+// against a HEAD of its current object: an error wrapping ErrPrecondition
+// when one fails, the HEAD's error when it fails otherwise.
+func (c *Client) headCondition(ctx context.Context, key string, opt PutOptions) error {
+	if opt.IfMatch == "" && !opt.IfNoneMatch {
 		return nil
 	}
 	cur, err := c.Head(ctx, key, "")

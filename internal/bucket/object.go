@@ -440,7 +440,8 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 	out, err := c.s3.CopyObject(op.ctx, in)
 	if err != nil {
 		err = c.fail(op, "copy "+srcKey+" to", dstKey, err)
-		if opt.SourceETag != "" && errors.Is(err, ErrPrecondition) && c.destinationHolds(ctx, dstKey, opt) {
+		if opt.SourceETag != "" && errors.Is(err, ErrPrecondition) && c.headCondition(ctx, dstKey, opt) == nil {
+			// The destination's condition holds: the copy source's failed.
 			return ObjectInfo{}, fmt.Errorf("bucket: copy %s (version %s, etag %s) to %s: %w", srcKey, srcVersion, opt.SourceETag, dstKey, ErrSourceChanged)
 		}
 		return ObjectInfo{}, err
@@ -460,22 +461,6 @@ func (c *Client) Copy(ctx context.Context, dstKey, srcKey, srcVersion string, op
 		return ObjectInfo{}, err
 	}
 	return info, nil
-}
-
-// destinationHolds reports whether the destination's condition of a
-// refused Copy (opt's If-Match or If-None-Match) holds now, as a HEAD
-// sees it: then the copy-source condition was the one refused.
-func (c *Client) destinationHolds(ctx context.Context, key string, opt PutOptions) bool {
-	cur, err := c.Head(ctx, key, "")
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return opt.IfMatch == ""
-	case err != nil:
-		return false
-	case opt.IfNoneMatch:
-		return false
-	}
-	return opt.IfMatch == "" || cur.ETag == strings.Trim(opt.IfMatch, `"`)
 }
 
 // DeleteCurrent deletes the object at key, which the caller saw as cur (a

@@ -50,10 +50,7 @@ func (s *Store) Get(ctx context.Context, ino Ino) (in Inode, err error) {
 // GetMany returns the inodes numbered inos that exist, in one read
 // transaction (one round trip on PostgreSQL).
 func (s *Store) GetMany(ctx context.Context, inos []Ino) (out []Inode, err error) {
-	keys := make([][]byte, len(inos))
-	for i, ino := range inos {
-		keys[i] = inodeKey(ino)
-	}
+	keys := inodeKeys(inos)
 	err = s.kv.View(ctx, func(r kv.Reader) error {
 		if err := r.Prefetch(keys...); err != nil {
 			return err

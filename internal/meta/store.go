@@ -328,6 +328,15 @@ func xattrPrefix(ino Ino) []byte {
 	return kv.AppendUint64([]byte{pXattr}, uint64(ino))
 }
 
+// inodeKeys returns the keys of inos' records, in order.
+func inodeKeys(inos []Ino) [][]byte {
+	keys := make([][]byte, len(inos))
+	for i, ino := range inos {
+		keys[i] = inodeKey(ino)
+	}
+	return keys
+}
+
 func queueKey(ino Ino) []byte {
 	return kv.AppendUint64([]byte{pQueue}, uint64(ino))
 }

@@ -62,12 +62,7 @@ func (s *Store) PendingBytes(ctx context.Context, max int) (bytes int64, partial
 		}
 		for i, ino := range inos {
 			if i%pendingBytesBatch == 0 {
-				batch := inos[i:min(i+pendingBytesBatch, len(inos))]
-				keys := make([][]byte, len(batch))
-				for j, ino := range batch {
-					keys[j] = inodeKey(ino)
-				}
-				if err := r.Prefetch(keys...); err != nil {
+				if err := r.Prefetch(inodeKeys(inos[i:min(i+pendingBytesBatch, len(inos))])...); err != nil {
 					return err
 				}
 			}
