@@ -28,12 +28,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"bucketfs/internal/pgtest"
+	"bucketfs/internal/s3test"
 )
 
 var (
 	long     = flag.Bool("kernelnfs.long", false, "also mount with more option sets (nconnect, rsize/wsize, soft, negotiated version)")
 	guestFor = flag.Duration("kernelnfs.timeout", 25*time.Minute, "how long the guest may run")
 	accel    = flag.String("kernelnfs.accel", "tcg,thread=multi", "QEMU accelerator (kvm where the host can run guests)")
+	guestRun = flag.String("kernelnfs.run", "", "run only the guest tests that match this -test.run pattern")
 )
 
 // The guest reaches the servers at these ports of serverAddr (guestfwd);
@@ -42,6 +46,8 @@ const (
 	guestDefaultPort = "2049"
 	guestTrustedPort = "2050"
 	guestControlPort = "2051" // serveControl
+	guestSharedAPort = "2052" // two servers of one file system on PostgreSQL
+	guestSharedBPort = "2053"
 	relayArg         = "kernelnfs-relay"
 )
 
@@ -52,7 +58,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == relayArg {
 		os.Exit(relay(os.Args[2]))
 	}
-	os.Exit(m.Run())
+	os.Exit(s3test.Main(pgtest.M(m)))
 }
 
 // relay joins stdin and stdout to a TCP connection to addr until either
@@ -95,7 +101,9 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 
 	def := startServe(t, bin, filepath.Join(work, "default"), "--uid", "1000", "--gid", "1000")
 	trusted := startServe(t, bin, filepath.Join(work, "trusted"), "--root-squash=false")
-	control := &server{addr: serveControl(t, map[string]*server{"default": def, "trusted": trusted})}
+	shared := startSharedPair(t, bin, work)
+	control := &server{addr: serveControl(t, map[string]*server{"default": def, "trusted": trusted,
+		"shared-a": shared.a, "shared-b": shared.b})}
 
 	mounts, restartVers := smokeMounts, []string{"4.1", "4.2"}
 	if *long {
@@ -116,12 +124,14 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 		"-append", strings.Join([]string{"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
 			"KN_DEFAULT_PORT=" + guestDefaultPort, "KN_TRUSTED_PORT=" + guestTrustedPort,
 			"KN_CONTROL_PORT=" + guestControlPort, "KN_MOUNTS=" + strings.Join(mounts, "/"),
-			"KN_RESTART_VERS=" + strings.Join(restartVers, "/")}, " "),
+			"KN_RESTART_VERS=" + strings.Join(restartVers, "/"),
+			"KN_SHARED_A_PORT=" + guestSharedAPort, "KN_SHARED_B_PORT=" + guestSharedBPort,
+			"KN_RUN=" + *guestRun}, " "),
 		"-serial", "file:" + console, "-serial", "file:" + results,
 		// restrict=on: the guest reaches nothing but the forwards: the
-		// two NFS servers and the control port (serveControl).
+		// four NFS servers and the control port (serveControl).
 		"-netdev", "user,id=n0,restrict=on," + fwd(guestDefaultPort, def) + "," + fwd(guestTrustedPort, trusted) +
-			"," + fwd(guestControlPort, control),
+			"," + fwd(guestControlPort, control) + "," + fwd(guestSharedAPort, shared.a) + "," + fwd(guestSharedBPort, shared.b),
 		// romfile= : no boot ROM (the guest boots from -kernel), so
 		// ipxe-qemu need not be installed.
 		"-device", "virtio-net-pci,netdev=n0,romfile=", "-device", "virtio-rng-pci"}
@@ -140,14 +150,48 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 	}
 	checkGuestTests(t, out)
 
-	// What the guest wrote through the default server is in its bucket.
+	// What the guest wrote through the default server is in its bucket,
+	// and what it wrote through the two servers of one file system in
+	// theirs.
 	def.flush(t)
+	shared.a.flush(t)
 	exps := readExpectations(t, results)
 	if len(exps) == 0 {
 		t.Fatal("the guest reported nothing to find in the bucket")
 	}
-	checkBucket(t, def, exps)
-	t.Logf("%d objects checked in the bucket", len(exps))
+	c, bucket := def.s3(t)
+	checkBucket(t, "default", c, bucket, exps)
+	checkBucket(t, "shared", shared.s3, shared.bucket, exps)
+	t.Logf("%d objects checked in the buckets", len(exps))
+}
+
+// sharedPair is two `bucketfs serve` of one file system: its metadata in
+// a PostgreSQL database the test starts, its bucket in the test binary's
+// own store (s3test).
+type sharedPair struct {
+	a, b   *server
+	s3     *s3.Client
+	bucket string
+}
+
+func startSharedPair(t *testing.T, bin, work string) *sharedPair {
+	t.Helper()
+	meta := pgtest.Start(t).NewDatabase(t)
+	store, bucket := s3test.NewBucket(t)
+	env := []string{"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ACCESS_KEY_ID=" + store.AccessKey, "AWS_SECRET_ACCESS_KEY=" + store.SecretKey, "AWS_REGION=" + store.Region}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") {
+			env = append(env, kv)
+		}
+	}
+	flags := []string{"--meta", meta, "--bucket", "s3://" + bucket, "--endpoint", store.Endpoint, "--root-squash=false"}
+	p := &sharedPair{bucket: bucket}
+	p.a = startServeEnv(t, bin, filepath.Join(work, "shared-a"), env, flags...)
+	p.b = startServeEnv(t, bin, filepath.Join(work, "shared-b"), env, flags...)
+	p.s3 = s3.New(s3.Options{BaseEndpoint: aws.String(store.Endpoint), Region: store.Region, UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(store.AccessKey, store.SecretKey, "")})
+	return p
 }
 
 // checkGuestTests fails the test for each guest test that failed and when
@@ -207,15 +251,14 @@ func readExpectations(t *testing.T, path string) []expectation {
 	return exps
 }
 
-// checkBucket compares the default server's bucket with what the guest
-// expects, object by object: bytes, size, and the attributes in the
-// object's metadata.
-func checkBucket(t *testing.T, s *server, exps []expectation) {
+// checkBucket compares a bucket with what the guest expects of the
+// server (or servers) called name, object by object: bytes, size, and
+// the attributes in the object's metadata.
+func checkBucket(t *testing.T, name string, c *s3.Client, bucket string, exps []expectation) {
 	t.Helper()
-	c, bucket := s.s3(t)
 	ctx := t.Context()
 	for _, e := range exps {
-		if e.Server != "default" {
+		if e.Server != name {
 			continue
 		}
 		out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &e.Key})
@@ -266,6 +309,7 @@ func goBuild(t *testing.T, env []string, args ...string) {
 type server struct {
 	bin, stateDir, addr string
 	flags               []string
+	env                 []string // nil: this process's
 
 	mu     sync.Mutex
 	log    bytes.Buffer
@@ -290,13 +334,19 @@ func (s *server) logText() string {
 // stopped (SIGTERM) with the test.
 func startServe(t *testing.T, bin, stateDir string, flags ...string) *server {
 	t.Helper()
+	return startServeEnv(t, bin, stateDir, nil, flags...)
+}
+
+// startServeEnv is startServe with the server's environment.
+func startServeEnv(t *testing.T, bin, stateDir string, env []string, flags ...string) *server {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := &server{bin: bin, stateDir: stateDir, addr: addr, flags: flags}
+	s := &server{bin: bin, stateDir: stateDir, addr: addr, flags: flags, env: env}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +364,7 @@ func (s *server) start() error {
 	ready := strings.Count(s.logText(), "over NFS on")
 	cmd := exec.Command(s.bin, append([]string{"serve", "--state-dir", s.stateDir, "--nfs-listen", s.addr}, s.flags...)...)
 	cmd.Stdout, cmd.Stderr = s, s
+	cmd.Env = s.env
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -357,7 +408,9 @@ func (s *server) stop(sig syscall.Signal) {
 // serveControl answers the guest's requests, one per connection: a line
 // "restart-term NAME" (SIGTERM) or "restart-kill NAME" (SIGKILL), answered
 // "ok" once the server listens again on the same port and state
-// directory, or "error: ..."; or "time", answered with this host's clock
+// directory, or "error: ..."; "kill NAME" (SIGKILL, not started again)
+// and "start NAME", answered "ok" once it is down or listens; or "time",
+// answered with this host's clock
 // in Unix nanoseconds, which the guest sets its own by. It returns its
 // address.
 func serveControl(t *testing.T, servers map[string]*server) string {
@@ -383,8 +436,8 @@ func serveControl(t *testing.T, servers map[string]*server) string {
 					return
 				}
 				f := strings.Fields(line)
-				sig := map[string]syscall.Signal{"restart-term": syscall.SIGTERM, "restart-kill": syscall.SIGKILL}
-				if len(f) != 2 || servers[f[1]] == nil || sig[f[0]] == 0 {
+				sig := map[string]syscall.Signal{"restart-term": syscall.SIGTERM, "restart-kill": syscall.SIGKILL, "kill": syscall.SIGKILL}
+				if len(f) != 2 || servers[f[1]] == nil || sig[f[0]] == 0 && f[0] != "start" {
 					fmt.Fprintf(c, "error: unknown request %q\n", line)
 					return
 				}
@@ -392,9 +445,14 @@ func serveControl(t *testing.T, servers map[string]*server) string {
 				defer mu.Unlock()
 				s := servers[f[1]]
 				t0 := time.Now()
-				s.stop(sig[f[0]])
+				if f[0] != "start" {
+					s.stop(sig[f[0]])
+				}
 				t1 := time.Now()
-				err := s.start()
+				var err error
+				if f[0] != "kill" {
+					err = s.start()
+				}
 				t.Logf("%s: stopped in %s, started in %s", strings.TrimSpace(line), t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 				if err != nil {
 					fmt.Fprintf(c, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " | "))

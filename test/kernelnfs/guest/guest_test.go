@@ -33,6 +33,7 @@ const (
 	envTrustedPort = "KN_TRUSTED_PORT" // port of a serve run with --root-squash=false
 	envMounts      = "KN_MOUNTS"       // the mounts to make (mountSpecs)
 	envUserDir     = "KN_USER_DIR"     // set in the child that works as the unprivileged user
+	envRun         = "KN_RUN"          // a -test.run pattern: only these tests (kernelnfs -kernelnfs.run)
 )
 
 // The unprivileged user the smoke workload runs as: the owner of the
@@ -62,6 +63,9 @@ func TestMain(m *testing.M) {
 		fmt.Printf("KERNELNFS-SETUP-FAILED %v\n", err)
 	} else {
 		flag.Set("test.v", "true")
+		if run := os.Getenv(envRun); run != "" {
+			flag.Set("test.run", run)
+		}
 		code = m.Run()
 	}
 	fmt.Printf("KERNELNFS-EXIT %d\n", code)
@@ -167,7 +171,7 @@ func digest(b []byte) string {
 // has exported everything: an object with these bytes and attributes, or
 // no object at all. Keys are paths below the mount's root.
 type Expectation struct {
-	Server string // "default" or "trusted"
+	Server string // "default", "trusted" or "shared" (the two servers of one file system)
 	Key    string
 	Absent bool   `json:",omitempty"`
 	Size   int    `json:",omitempty"`
