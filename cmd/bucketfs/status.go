@@ -129,8 +129,8 @@ func printStatus(w io.Writer, st *engine.Status) {
 	printServers(w, st)
 	fmt.Fprintf(w, "  exported          %d (%s), %s, %d refused by a bucket-side change\n",
 		st.Exported, human(st.ExportedBytes), count(st.ExportFailures, "failed attempt", "failed attempts"), st.ExportConflicts)
-	fmt.Fprintf(w, "  imported          %s; last import lag %s; events applied %d, dropped %d, queued %d\n",
-		count(st.Imported, "object", "objects"), dur(st.LastImportLagS), st.EventsApplied, st.EventsDropped, st.EventsPending)
+	fmt.Fprintf(w, "  imported          %s; last import lag %s; events applied %d (%d of own exports), dropped %d, queued %d\n",
+		count(st.Imported, "object", "objects"), dur(st.LastImportLagS), st.EventsApplied, st.EventsOwn, st.EventsDropped, st.EventsPending)
 	if !st.LastPoll.IsZero() {
 		fmt.Fprintf(w, "  last poll         %s ago\n", time.Since(st.LastPoll).Round(time.Second))
 	}

@@ -50,6 +50,7 @@ type Status struct {
 	ImportFailureKeys   []string                `json:"import_failure_samples,omitempty"`
 	ImportConflicts     int64                   `json:"import_conflicts"`
 	EventsApplied       int64                   `json:"events_applied"`
+	EventsOwn           int64                   `json:"events_own_exports"` // of them, echoes of this file system's exports: no HEAD sent
 	EventsDropped       int64                   `json:"events_dropped"`
 	EventsPending       int                     `json:"events_pending"`
 	LastImportLagS      float64                 `json:"last_import_lag_seconds"`
@@ -110,6 +111,7 @@ func (e *Engine) Status(ctx context.Context) (Status, error) {
 	st.Imported, st.ImportFailures, st.ImportFailureKeys, st.ImportConflicts = im.Imported, im.Failures, im.Samples, im.Conflicts
 	ev := e.Importer.EventStats()
 	st.EventsApplied, st.EventsDropped, st.EventsPending, st.LastImportLagS = ev.Applied, ev.Dropped, ev.Pending, ev.LastLag.Seconds()
+	st.EventsOwn = ev.Own
 	st.LastPoll = e.Importer.PollStats().LastRun
 	if ns := e.lastCheckpoint.Load(); ns != 0 {
 		st.LastCheckpoint = time.Unix(0, ns)

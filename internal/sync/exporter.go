@@ -803,6 +803,7 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 	write func(bucket.PutOptions) (bucket.ObjectInfo, error)) (bucket.ObjectInfo, error) {
 	defer e.keys.Lock(key)()
 	_, recordedHere := recordedAt(in, key)
+	write = e.echoed(key, write)
 	info, err := write(opt)
 	for range 3 {
 		if errors.Is(err, bucket.ErrInterleaved) ||
@@ -877,6 +878,21 @@ func (e *Exporter) recover(ctx context.Context, key string, in *meta.Inode, opt 
 		info, err = write(opt)
 	}
 	return info, err
+}
+
+// echoed is write with the importer told that an upload of key is under
+// way, and of the version it made: the store's event of it, which may come
+// before write returns, is then known for the echo of this export (echo.go).
+func (e *Exporter) echoed(key string, write func(bucket.PutOptions) (bucket.ObjectInfo, error)) func(bucket.PutOptions) (bucket.ObjectInfo, error) {
+	if e.importer == nil {
+		return write
+	}
+	return func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
+		done := e.importer.echoes.uploading(key)
+		info, err := write(opt)
+		done(info, err)
+		return info, err
+	}
 }
 
 // uploadFile uploads a regular file as snap holds it, so writes during the

@@ -60,6 +60,7 @@ type Importer struct {
 	unavailableAt atomic.Int64
 
 	events   *notifications // keys from the embedded store's events, and late keys of listings
+	echoes   echoes         // this process's exports, whose events come back (echo.go)
 	webhook  *notifications // keys from the webhook, revalidated at a capped rate
 	eventLag atomic.Int64   // ns from notification to applied, of the last key applied
 	active   activeDirs
@@ -110,11 +111,13 @@ func NewImporter(m *meta.Store, b *bucket.Client, cfg ImporterConfig) *Importer 
 	if cfg.WebhookBurst == 0 {
 		cfg.WebhookBurst = WebhookHeadBurst
 	}
-	return &Importer{meta: m, bucket: b, locks: cfg.Locks, onChange: cfg.OnChange,
+	im := &Importer{meta: m, bucket: b, locks: cfg.Locks, onChange: cfg.OnChange,
 		log: cfg.Logger, inflight: map[meta.Ino]*listing{}, deferred: map[meta.Ino][]string{}, badKeys: map[string]bool{},
 		validAt: map[meta.Ino]time.Time{},
 		events:  newNotifications(maxPendingKeys, nil),
 		webhook: newNotifications(maxPendingWebhookKeys, rate.NewLimiter(cfg.WebhookRate, cfg.WebhookBurst))}
+	im.echoes.requeue = im.events.put
+	return im
 }
 
 // validated notes that in was just compared with the bucket.

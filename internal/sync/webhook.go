@@ -161,7 +161,7 @@ func (im *Importer) WebhookHandler(cfg WebhookConfig) http.Handler {
 				return
 			}
 		}
-		im.webhook.add(keys, time.Now())
+		im.webhook.add(keys, nil, time.Now())
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

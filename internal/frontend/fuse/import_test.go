@@ -37,7 +37,7 @@ func forwardEvents(e *env) {
 	eng.Store(e.eng)
 	s3test.Forward(e.t, e.bucket, func(ev s3local.Event) {
 		if en := eng.Load(); en != nil {
-			en.Importer.Notify(ev.Key)
+			en.StoreEvent(ev)
 		}
 	})
 	e.t.Cleanup(func() { eng.Store(nil) })
