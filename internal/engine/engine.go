@@ -435,6 +435,12 @@ func (e *Engine) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.importerReady.Store(e.Importer)
+	if e.Store != nil {
+		// Every change of the embedded store's bucket comes as an event
+		// from now on (StoreEvent), handed over before its request is
+		// answered: opens need not ask the store what the events said.
+		e.Importer.EventsComplete()
+	}
 	if err := e.serveAdmin(ctx); err != nil {
 		e.log.Warn("no admin socket: status, flush and unmount --flush will not reach this process", "err", err)
 	}

@@ -3,9 +3,15 @@ package engine
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"bucketfs/internal/meta"
 	"bucketfs/internal/s3test"
@@ -72,5 +78,78 @@ func TestAnExportToATrustedStoreWithEventsCostsOneRequestPerFile(t *testing.T) {
 		exported, all, put, list, head, e.Importer.EventStats().Own)
 	if float64(all) > 1.1*float64(exported) {
 		t.Errorf("%d requests for %d exports (PUT %d, LIST %d, HEAD %d): more than 1.1 per export", all, exported, put, list, head)
+	}
+}
+
+// Issue 24, item 6: opens that revalidate cost no HEAD where the store's
+// events already say the key is unchanged (the embedded store's, which
+// come before the writer's request is answered; the tests' shared store
+// stands in, its events fed as the embedded store's are, and the importer
+// told they are complete as Start tells it for the embedded store). The
+// rule that must hold all the same: an open after a bucket-side write was
+// answered reads that write. Rounds of a bucket-side overwrite, an open
+// and a read, then opens with nothing changed, which must send no HEAD.
+func TestOpensCoveredByTheStoresEventsSendNoHeadAndReadEveryWrite(t *testing.T) {
+	cfg := listenerConfig(t)
+	cfg.RevalidateTTL = time.Millisecond // every open compares, unless the events cover it
+	e := startEngine(t, cfg)
+	s3test.Forward(t, cfg.Bucket, e.StoreEvent)
+	e.Importer.EventsComplete()
+	ctx := context.Background()
+	c := s3.New(s3.Options{BaseEndpoint: aws.String(cfg.Endpoint), Region: cfg.Region, UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")})
+	put := func(body string) {
+		t.Helper()
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(cfg.Bucket), Key: aws.String("f"),
+			Body: strings.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		a, err := e.FS.Lookup(ctx, vfs.Root, meta.RootIno, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := e.FS.Open(ctx, vfs.Root, a.Ino, uint32(os.O_RDONLY))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		buf := make([]byte, 64)
+		n, err := h.Read(ctx, buf, 0)
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		return string(buf[:n])
+	}
+	put("version 0")
+	if got := read(); got != "version 0" {
+		t.Fatalf("first read: %q", got)
+	}
+	for i := 1; i <= 30; i++ {
+		want := fmt.Sprintf("version %d", i)
+		put(want)
+		if got := read(); got != want {
+			t.Fatalf("round %d: an open after the bucket-side write was answered read %q, want %q", i, got, want)
+		}
+	}
+	// The last write applied: opens now ask nothing of the store.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.Importer.EventStats().Pending > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("events still pending after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the importer's queue
+	}
+	read() // compares once more if the last event's apply came after the last open
+	before := e.Bucket.Stats().Head
+	for range 20 {
+		if got := read(); got != "version 30" {
+			t.Fatalf("read %q with nothing changed", got)
+		}
+	}
+	if heads := e.Bucket.Stats().Head - before; heads != 0 {
+		t.Errorf("20 opens of a file the events say is unchanged sent %d HEADs", heads)
 	}
 }

@@ -109,3 +109,11 @@ func (e *echoes) take(key string, made []bucket.ObjectInfo) []bucket.ObjectInfo 
 	}
 	return rest
 }
+
+// waiting reports whether an upload of key is under way, or a
+// notification of it parked until the upload ends.
+func (e *echoes) waiting(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inflight[key] > 0 || e.parked[key] != nil
+}

@@ -45,12 +45,14 @@ type notifications struct {
 	max   int           // keys pending at most
 	limit *rate.Limiter // nil: no cap
 
-	mu      gosync.Mutex
-	pending map[string]*pendingKey
-	order   []string
-	wake    chan struct{}
-	dropped atomic.Int64
-	applied atomic.Int64
+	mu       gosync.Mutex
+	pending  map[string]*pendingKey
+	working  map[string]int // keys workers took and have not finished
+	order    []string
+	wake     chan struct{}
+	dropped  atomic.Int64
+	lastDrop atomic.Int64 // unix ns of the last notification dropped
+	applied  atomic.Int64
 	// own counts the keys found to name only versions the exporter wrote
 	// and recorded (ownVersions): applied without a look at the bucket.
 	own atomic.Int64
@@ -69,7 +71,25 @@ type pendingKey struct {
 }
 
 func newNotifications(max int, limit *rate.Limiter) *notifications {
-	return &notifications{max: max, limit: limit, pending: map[string]*pendingKey{}, wake: make(chan struct{}, 1)}
+	return &notifications{max: max, limit: limit, pending: map[string]*pendingKey{}, working: map[string]int{},
+		wake: make(chan struct{}, 1)}
+}
+
+// waiting reports whether a notification of key is queued or being
+// applied.
+func (n *notifications) waiting(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pending[key] != nil || n.working[key] > 0
+}
+
+// done ends a worker's turn on key (taken by next).
+func (n *notifications) done(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.working[key]--; n.working[key] <= 0 {
+		delete(n.working, key)
+	}
 }
 
 // Notify queues key (relative to the file system's prefix) for
@@ -121,6 +141,7 @@ func (n *notifications) merge(key string, p *pendingKey) {
 	if !ok {
 		if len(n.pending) >= n.max {
 			n.dropped.Add(1)
+			n.lastDrop.Store(time.Now().UnixNano())
 			return
 		}
 		q = &pendingKey{since: p.since}
@@ -159,6 +180,7 @@ func (n *notifications) next(ctx context.Context) (string, *pendingKey, bool) {
 			n.order = n.order[1:]
 			p := n.pending[k]
 			delete(n.pending, k)
+			n.working[k]++
 			if len(n.order) > 0 {
 				select {
 				case n.wake <- struct{}{}: // let another worker take the next
@@ -203,42 +225,52 @@ func (im *Importer) drain(ctx context.Context, q *notifications) {
 		if !ok {
 			return
 		}
-		since := p.since
-		if !p.unknown && len(p.made) > 0 {
-			if im.echoes.park(key, p) {
-				continue // back in the queue when this process's upload of key ends
-			}
-			own, err := im.ownVersions(ctx, key, p.made)
-			if err != nil && ctx.Err() != nil {
-				return
-			}
-			if own {
-				q.own.Add(1)
-				q.applied.Add(1)
-				im.eventLag.Store(int64(time.Since(since)))
-				continue
-			}
+		if !im.apply(ctx, q, key, p) {
+			return
 		}
-		err := im.revalidateKey(ctx, key, q.limit)
-		if errors.Is(err, errAbsent) {
-			err = nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, syscall.EAGAIN) {
-				// Busy with other changes to the same names: try again
-				// after the rest of the queue.
-				q.add([]string{key}, nil, since)
-				continue
-			}
-			im.log.Warn("import of a changed object failed; the poller will retry", "key", key, "err", err)
-			continue
-		}
-		q.applied.Add(1)
-		im.eventLag.Store(int64(time.Since(since)))
 	}
+}
+
+// apply is drain's work on one key taken from q; false means ctx ended.
+// The key is parked or queued again, when it is, before its turn ends
+// (q.done), so that it is never seen as waiting for nothing (eventsCover).
+func (im *Importer) apply(ctx context.Context, q *notifications, key string, p *pendingKey) bool {
+	defer q.done(key)
+	if !p.unknown && len(p.made) > 0 {
+		if im.echoes.park(key, p) {
+			return true // back in the queue when this process's upload of key ends
+		}
+		own, err := im.ownVersions(ctx, key, p.made)
+		if err != nil && ctx.Err() != nil {
+			return false
+		}
+		if own {
+			q.own.Add(1)
+			q.applied.Add(1)
+			im.eventLag.Store(int64(time.Since(p.since)))
+			return true
+		}
+	}
+	err := im.revalidateKey(ctx, key, q.limit)
+	if errors.Is(err, errAbsent) {
+		err = nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			// Busy with other changes to the same names: try again
+			// after the rest of the queue.
+			q.add([]string{key}, nil, p.since)
+			return true
+		}
+		im.log.Warn("import of a changed object failed; the poller will retry", "key", key, "err", err)
+		return true
+	}
+	q.applied.Add(1)
+	im.eventLag.Store(int64(time.Since(p.since)))
+	return true
 }
 
 // ownVersions reports whether every version in made was written by this

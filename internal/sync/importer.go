@@ -59,14 +59,17 @@ type Importer struct {
 	// (unix ns): opens do not wait for it again within the TTL.
 	unavailableAt atomic.Int64
 
-	events   *notifications // keys from the embedded store's events, and late keys of listings
-	echoes   echoes         // this process's exports, whose events come back (echo.go)
-	webhook  *notifications // keys from the webhook, revalidated at a capped rate
-	eventLag atomic.Int64   // ns from notification to applied, of the last key applied
-	active   activeDirs
-	fresh    freshDirs
-	pollMu   gosync.Mutex
-	polls    PollStats
+	events *notifications // keys from the embedded store's events, and late keys of listings
+	echoes echoes         // this process's exports, whose events come back (echo.go)
+	// completeSince is when the events became complete (EventsComplete;
+	// unix ns, 0: they are not).
+	completeSince atomic.Int64
+	webhook       *notifications // keys from the webhook, revalidated at a capped rate
+	eventLag      atomic.Int64   // ns from notification to applied, of the last key applied
+	active        activeDirs
+	fresh         freshDirs
+	pollMu        gosync.Mutex
+	polls         PollStats
 }
 
 type listing struct {

@@ -384,11 +384,23 @@ func (im *Importer) changed(c Change) {
 }
 
 // RevalidateIfStale revalidates the keys of a clean regular file unless it
-// was compared with the bucket within ttl. Dirty files are the file side's
-// to export; their conflicts surface at export.
+// was compared with the bucket within ttl. Where the store's events are
+// complete (EventsComplete) they decide instead: a file none of whose keys
+// has a notification waiting is not compared (nothing changed since it
+// last was), and one with a notification waiting is compared now,
+// whatever ttl says (see eventsSay). Dirty files are the file side's to
+// export; their conflicts surface at export.
 func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl time.Duration) error {
-	if !in.IsRegular() || in.Dirty() || len(in.Keys) == 0 || im.ValidatedSince(in.Ino, time.Now().Add(-ttl)) {
+	if !in.IsRegular() || in.Dirty() || len(in.Keys) == 0 {
 		return nil
+	}
+	switch im.eventsSay(in) {
+	case eventsCover:
+		return nil
+	case eventsUnknown:
+		if im.ValidatedSince(in.Ino, time.Now().Add(-ttl)) {
+			return nil
+		}
 	}
 	if at := im.unavailableAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < ttl {
 		// The store was away moments ago: do not make every open wait
@@ -410,6 +422,49 @@ func (im *Importer) RevalidateIfStale(ctx context.Context, in *meta.Inode, ttl t
 	}
 	im.validated(in)
 	return nil
+}
+
+// EventsComplete says that from now on every change of the bucket reaches
+// this importer as a notification (Notify, NotifyCreated) before the
+// request that made it is answered: the embedded store's events, which
+// its request handler hands over in process, from the engine's Start on.
+func (im *Importer) EventsComplete() { im.completeSince.Store(time.Now().UnixNano()) }
+
+// What the events say of a file's keys (eventsSay).
+const (
+	eventsUnknown = iota // not complete, or not since the file's last comparison
+	eventsCover          // unchanged since the file was last compared
+	eventsWaiting        // a notification of a key waits to be applied
+)
+
+// eventsSay tells whether in's keys are known unchanged since in was last
+// compared with the bucket, without asking the bucket: that comparison
+// was made after the events became complete (EventsComplete), no
+// notification was dropped since (past the queue's bound), and none of
+// in's keys has one queued, being applied, or waiting for this process's
+// upload (eventsWaiting if one has). Invariant: a change of a key after
+// its comparison came with a notification, queued before the writer's
+// request was answered, which stays waiting until it is applied (and the
+// apply compares again). So an open after a bucket-side write was
+// answered finds either the write applied or its notification waiting,
+// and compares then.
+func (im *Importer) eventsSay(in *meta.Inode) int {
+	since := im.completeSince.Load()
+	if since == 0 {
+		return eventsUnknown
+	}
+	for _, k := range in.Keys {
+		if im.events.waiting(k.Key) || im.echoes.waiting(k.Key) {
+			return eventsWaiting
+		}
+	}
+	im.validMu.Lock()
+	at, ok := im.validAt[in.Ino]
+	im.validMu.Unlock()
+	if !ok || at.UnixNano() < since || at.UnixNano() <= im.events.lastDrop.Load() {
+		return eventsUnknown
+	}
+	return eventsCover
 }
 
 // sameVersion tells whether the object the bucket shows is the version the

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"bucketfs/internal/bucket"
 	"bucketfs/internal/sns"
 )
 
@@ -53,7 +54,9 @@ type eventRecord struct {
 			Name string `json:"name"`
 		} `json:"bucket"`
 		Object struct {
-			Key string `json:"key"`
+			Key       string `json:"key"`
+			VersionID string `json:"versionId"`
+			ETag      string `json:"eTag"`
 		} `json:"object"`
 	} `json:"s3"`
 }
@@ -135,6 +138,9 @@ func (im *Importer) WebhookHandler(cfg WebhookConfig) http.Handler {
 		}
 		keys := make([]string, 0, len(msg.Records))
 		seen := make(map[string]bool, len(msg.Records))
+		// The version each record says it created, where it says: the
+		// echo of an export is then applied without a HEAD (ownVersions).
+		var made []bucket.ObjectInfo
 		for _, rec := range msg.Records {
 			if rec.S3.Bucket.Name != cfg.Bucket {
 				continue
@@ -145,6 +151,11 @@ func (im *Importer) WebhookHandler(cfg WebhookConfig) http.Handler {
 				continue
 			}
 			key = key[len(cfg.Prefix):]
+			m := bucket.ObjectInfo{Key: key} // no version id: unknown
+			if strings.Contains(rec.EventName, "ObjectCreated:") {
+				m.VersionID, m.ETag = rec.S3.Object.VersionID, rec.S3.Object.ETag
+			}
+			made = append(made, m)
 			if !seen[key] {
 				seen[key] = true
 				keys = append(keys, key)
@@ -161,7 +172,10 @@ func (im *Importer) WebhookHandler(cfg WebhookConfig) http.Handler {
 				return
 			}
 		}
-		im.webhook.add(keys, nil, time.Now())
+		now := time.Now()
+		for _, m := range made {
+			im.webhook.add([]string{m.Key}, &m, now)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

@@ -372,3 +372,47 @@ func TestAnSNSNotificationQueuesTheKeysOfTheS3EventItCarries(t *testing.T) {
 		t.Fatalf("n.txt after its notification: %+v, %v", in, err)
 	}
 }
+
+// The webhook's record of a version this process's exporter made (its
+// versionId and eTag, as AWS and MinIO send them) is the echo of an
+// export: applied without a HEAD. A record of another version of the
+// same key, or one without a version id, costs its HEAD as before.
+func TestTheWebhooksEchoOfAnExportCostsNoHEAD(t *testing.T) {
+	h := newHookEnv(t, ImporterConfig{WebhookRate: rate.Inf})
+	h.run()
+	event := func(key, version, etag string) []byte {
+		var msg map[string][]map[string]any
+		if err := json.Unmarshal(s3Event(h.st.name, key), &msg); err != nil {
+			t.Fatal(err)
+		}
+		obj := msg["Records"][0]["s3"].(map[string]any)["object"].(map[string]any)
+		obj["versionId"], obj["eTag"] = version, etag
+		b, _ := json.Marshal(msg)
+		return b
+	}
+	// What the exporter tells the importer of an upload of "echo" (the
+	// key below the prefix).
+	h.im.echoes.uploading("echo")(bucket.ObjectInfo{Key: "echo", VersionID: "v-ours", ETag: "e-ours"}, nil)
+	before := h.heads()
+	if code, msg := h.post(bearer(hookToken), event("fs/echo", "v-ours", `"e-ours"`)); code != http.StatusNoContent {
+		t.Fatalf("%d %s", code, msg)
+	}
+	h.waitApplied(1)
+	if n := h.heads() - before; n != 0 {
+		t.Fatalf("the echo of an export cost %d HEADs", n)
+	}
+	if s := h.im.EventStats(); s.Own != 1 {
+		t.Fatalf("%d echoes counted, want 1", s.Own)
+	}
+	for i, body := range [][]byte{event("fs/echo", "v-theirs", `"e-theirs"`), event("fs/echo", "v-ours", `"e-ours"`), s3Event(h.st.name, "fs/echo")} {
+		// The second: the echo was taken once already.
+		before := h.heads()
+		if code, msg := h.post(bearer(hookToken), body); code != http.StatusNoContent {
+			t.Fatalf("%d %s", code, msg)
+		}
+		h.waitApplied(int64(2 + i))
+		if n := h.heads() - before; n != 1 {
+			t.Fatalf("record %d cost %d HEADs, want 1", i, n)
+		}
+	}
+}
