@@ -328,7 +328,7 @@ func (s *Server) serveOn(ctx context.Context, cfg Config, addr string) error {
 		Role:   auth.RoleAdmin,
 	})
 	root := middlewares.RootUserConfig{Access: s.AccessKey, Secret: s.SecretKey}
-	s.listing = &awsListing{Backend: newSerialBackend(s.backend)}
+	s.listing = &awsListing{Backend: newSerialBackend(s.backend), dataDir: filepath.Join(s.Dir, "data")}
 	api, err := s3api.New(s.listing, root, cfg.Region, iam, nil, nil, events, nil, opts...)
 	if err != nil {
 		return fmt.Errorf("s3local: start: create S3 API server: %w", err)

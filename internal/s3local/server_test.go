@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/versity/versitygw/s3response"
 )
 
 // Tests in this package never run in parallel: one store per process.
@@ -789,4 +790,107 @@ func TestEveryConditionalWriteTheStoreAcknowledgesHeldWhereItLanded(t *testing.T
 		t.Fatalf("%d conditional writes acknowledged and %d refused: the race proved nothing", len(oks), refd)
 	}
 	t.Logf("%d conditional writes acknowledged, %d refused", len(oks), refd)
+}
+
+// A listing of a prefix whose directory is not one in the bucket's
+// directory is answered without the backend reading the nearest
+// directory whole (awsListing.nothingUnder). The rule: every listing
+// answers exactly what the backend answers, field by field, whatever the
+// prefix, delimiter, start and page size. Prefixes are drawn around a
+// small tree of keys (a file where a directory would be, a directory
+// marker, nested directories, a deleted key's leftover directory), with
+// the seed printed.
+func TestAListingOfAPrefixNothingCanBeUnderAnswersAsTheBackendDoes(t *testing.T) {
+	s := startStore(t, Config{})
+	ctx := context.Background()
+	c := s.client()
+	b := aws.String(s.Bucket)
+	for _, key := range []string{"a/b/c", "a/b/d", "a/bx", "a/f", "dir/", "dir/x", "gone/y", "top"} {
+		body := "x"
+		if strings.HasSuffix(key, "/") {
+			body = "" // a directory marker holds nothing
+		}
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: b, Key: aws.String(key), Body: strings.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: b, Key: aws.String("gone/y")}); err != nil {
+		t.Fatal(err)
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := mrand.New(mrand.NewPCG(uint64(seed), 1))
+	parts := []string{"a", "b", "c", "bx", "f", "dir", "x", "gone", "y", "top", "none", "", ".", ".."}
+	fast := 0
+	for range 400 {
+		prefix := ""
+		for n := rng.IntN(4); n >= 0; n-- {
+			prefix += parts[rng.IntN(len(parts))]
+			if rng.IntN(3) > 0 {
+				prefix += "/"
+			}
+		}
+		in := &s3.ListObjectsV2Input{Bucket: b, Prefix: aws.String(prefix), Delimiter: aws.String([]string{"", "/"}[rng.IntN(2)]),
+			MaxKeys: aws.Int32([]int32{0, 1, 1000}[rng.IntN(3)]), StartAfter: aws.String([]string{"", "a/b"}[rng.IntN(2)]),
+			ContinuationToken: []*string{nil, aws.String(""), aws.String("a")}[rng.IntN(3)], FetchOwner: aws.Bool(false)}
+		if s.listing.nothingUnder(in.Bucket, in.Prefix) {
+			fast++
+		}
+		got, gerr := s.listing.ListObjectsV2(ctx, in)
+		want, werr := s.listing.Backend.ListObjectsV2(ctx, in)
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) {
+			t.Fatalf("prefix %q: error %v, the backend's %v", prefix, gerr, werr)
+		}
+		if g, w := fmt.Sprintf("%+v", deref2(got)), fmt.Sprintf("%+v", deref2(want)); g != w {
+			t.Fatalf("prefix %q (%+v):\n got %s\nwant %s", prefix, in, g, w)
+		}
+		in1 := &s3.ListObjectsInput{Bucket: b, Prefix: in.Prefix, Delimiter: in.Delimiter, MaxKeys: in.MaxKeys,
+			Marker: []*string{nil, aws.String("a/b")}[rng.IntN(2)]}
+		got1, gerr := s.listing.ListObjects(ctx, in1)
+		want1, werr := s.listing.Backend.ListObjects(ctx, in1)
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) || fmt.Sprintf("%+v", deref1(got1)) != fmt.Sprintf("%+v", deref1(want1)) {
+			t.Fatalf("ListObjects of prefix %q: %+v (%v), the backend's %+v (%v)", prefix, deref1(got1), gerr, deref1(want1), werr)
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no listing took the short way: the test proved nothing")
+	}
+	t.Logf("%d of 400 listings answered without the backend", fast)
+}
+
+// deref2 is a listing with its pointers followed, for comparison.
+func deref2(r s3response.ListObjectsV2Result) []any {
+	var keys, prefixes []string
+	for _, o := range r.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	for _, p := range r.CommonPrefixes {
+		prefixes = append(prefixes, aws.ToString(p.Prefix))
+	}
+	ptr := func(p *string) string {
+		if p == nil {
+			return "<nil>"
+		}
+		return *p
+	}
+	return []any{ptr(r.Name), ptr(r.Prefix), ptr(r.StartAfter), ptr(r.ContinuationToken), ptr(r.NextContinuationToken),
+		aws.ToInt32(r.KeyCount), aws.ToInt32(r.MaxKeys), ptr(r.Delimiter), aws.ToBool(r.IsTruncated), keys, prefixes, r.EncodingType}
+}
+
+func deref1(r s3response.ListObjectsResult) []any {
+	var keys, prefixes []string
+	for _, o := range r.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	for _, p := range r.CommonPrefixes {
+		prefixes = append(prefixes, aws.ToString(p.Prefix))
+	}
+	ptr := func(p *string) string {
+		if p == nil {
+			return "<nil>"
+		}
+		return *p
+	}
+	return []any{ptr(r.Name), ptr(r.Prefix), ptr(r.Marker), ptr(r.NextMarker), aws.ToInt32(r.MaxKeys), ptr(r.Delimiter),
+		aws.ToBool(r.IsTruncated), keys, prefixes, r.EncodingType}
 }
