@@ -148,8 +148,12 @@ func printStatus(w io.Writer, st *engine.Status) {
 		human(st.Data.ReadTierBytes), human(st.Data.ReadDirectBytes), human(st.Data.WriteBytes),
 		count(st.Data.MetadataOps, "metadata operation", "metadata operations"))
 	s := st.S3
-	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%s)\n",
-		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, count(int64(s.Retries), "retry", "retries"))
+	local := ""
+	if s.LocalHead > 0 {
+		local = fmt.Sprintf("; %d HEADs answered in process by the embedded store", s.LocalHead)
+	}
+	fmt.Fprintf(w, "  S3 requests       GET %d, PUT %d, LIST %d, HEAD %d, COPY %d, DELETE %d, multipart %d, other %d (%s)%s\n",
+		s.Get, s.Put, s.List, s.Head, s.Copy, s.Delete, s.Multipart, s.Other, count(int64(s.Retries), "retry", "retries"), local)
 	fmt.Fprintf(w, "  S3 bytes          read %s, written %s\n", human(int64(s.BytesRead)), human(int64(s.BytesWritten)))
 }
 

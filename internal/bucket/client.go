@@ -82,6 +82,12 @@ type Config struct {
 	// contact (CheckVersioning) while it is still retried; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// LocalHead, if set, answers HEADs in process, without HTTP: the
+	// embedded store's (s3local.Server.Head), for the bucket Bucket names.
+	// It returns the output a HEAD over HTTP returns, found false for a
+	// key with no current object (or no such version), or an error for
+	// anything else, which the HEAD over HTTP then answers.
+	LocalHead func(ctx context.Context, bucket, key, versionID string) (out *s3.HeadObjectOutput, found bool, err error)
 }
 
 // Client reads and writes objects in one bucket under one prefix. It is safe
@@ -107,6 +113,8 @@ type Client struct {
 	conditionalDeletes atomic.Bool
 
 	conns conns // every connection the client's transports made, for Close
+
+	localHead func(ctx context.Context, bucket, key, versionID string) (*s3.HeadObjectOutput, bool, error)
 }
 
 // Close closes the client's connections. Some servers (versitygw's
@@ -179,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("bucket: new client for %q: access key and secret key must be given together", cfg.Bucket)
 	}
 	c := &Client{
+		localHead:   cfg.LocalHead,
 		bucket:      cfg.Bucket,
 		prefix:      normalisePrefix(cfg.Prefix),
 		opTimeout:   cfg.OpTimeout,

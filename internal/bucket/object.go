@@ -139,9 +139,28 @@ func lowerKeys(m map[string]string) map[string]string {
 func (c *Client) Head(ctx context.Context, key, versionID string) (ObjectInfo, error) {
 	op := c.startOp(ctx)
 	defer op.done()
-	out, err := c.s3.HeadObject(op.ctx, &s3.HeadObjectInput{
-		Bucket: &c.bucket, Key: c.key(key), VersionId: optional(versionID),
-	})
+	var (
+		out *s3.HeadObjectOutput
+		err error
+	)
+	if c.localHead != nil {
+		var found bool
+		out, found, err = c.localHead(op.ctx, c.bucket, aws.ToString(c.key(key)), versionID)
+		switch {
+		case err == nil && !found:
+			c.stats.localHeads.Add(1)
+			return ObjectInfo{}, fmt.Errorf("bucket: head s3://%s/%s%s (in process): %w", c.bucket, c.prefix, key, ErrNotFound)
+		case err == nil:
+			c.stats.localHeads.Add(1)
+		default:
+			out = nil // over HTTP, which says what is wrong
+		}
+	}
+	if out == nil {
+		out, err = c.s3.HeadObject(op.ctx, &s3.HeadObjectInput{
+			Bucket: &c.bucket, Key: c.key(key), VersionId: optional(versionID),
+		})
+	}
 	if err != nil {
 		return ObjectInfo{}, c.fail(op, "head", key, err)
 	}

@@ -22,6 +22,10 @@ type Stats struct {
 	Multipart uint64 `json:"multipart"` // Create/Complete/AbortMultipartUpload, UploadPart, UploadPartCopy
 	Other     uint64 `json:"other"`     // anything else (GetBucketVersioning ...)
 
+	// LocalHead counts the HEADs the embedded store answered in process
+	// (Config.LocalHead): no request was sent for them.
+	LocalHead uint64 `json:"local_head"`
+
 	Retries      uint64 `json:"retries"`       // requests that were retries of a failed attempt
 	BytesRead    uint64 `json:"bytes_read"`    // object data received (Get bodies, ReadAt)
 	BytesWritten uint64 `json:"bytes_written"` // object data sent (Put, uploaded parts), counted on success
@@ -75,6 +79,7 @@ const (
 // counters are the atomic counters behind Stats.
 type counters struct {
 	requests     [numKinds]atomic.Uint64
+	localHeads   atomic.Uint64
 	retries      atomic.Uint64
 	bytesRead    atomic.Uint64
 	bytesWritten atomic.Uint64
@@ -92,6 +97,7 @@ func (c *Client) Stats() Stats {
 		Delete:       r[kindDelete].Load(),
 		Multipart:    r[kindMultipart].Load(),
 		Other:        r[kindOther].Load(),
+		LocalHead:    c.stats.localHeads.Load(),
 		Retries:      c.stats.retries.Load(),
 		BytesRead:    c.stats.bytesRead.Load(),
 		BytesWritten: c.stats.bytesWritten.Load(),

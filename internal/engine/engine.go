@@ -281,6 +281,10 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		// on AWS S3, and its 2xx needs no listing to confirm it (one LIST
 		// per export saved).
 		bcfg.TrustConditionalWrites = true
+		// bucketfs's own HEADs (an import makes one per object listed)
+		// are answered in process: the same answer without HTTP and
+		// request signing (s3local.Server.Head).
+		bcfg.LocalHead = e.Store.Head
 	}
 	if e.Bucket, err = bucket.New(ctx, bcfg); err != nil {
 		return nil, err
