@@ -126,7 +126,7 @@ func TestTheLinuxKernelClientMountsBucketfsAndWhatItWritesReachesTheBucket(t *te
 			"KN_CONTROL_PORT=" + guestControlPort, "KN_MOUNTS=" + strings.Join(mounts, "/"),
 			"KN_RESTART_VERS=" + strings.Join(restartVers, "/"),
 			"KN_SHARED_A_PORT=" + guestSharedAPort, "KN_SHARED_B_PORT=" + guestSharedBPort,
-			"KN_RUN=" + *guestRun}, " "),
+			"KN_RUN=" + *guestRun, "KN_SHARED_PAIRS=" + os.Getenv("KN_SHARED_PAIRS")}, " "),
 		"-serial", "file:" + console, "-serial", "file:" + results,
 		// restrict=on: the guest reaches nothing but the forwards: the
 		// four NFS servers and the control port (serveControl).

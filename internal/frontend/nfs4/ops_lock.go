@@ -197,12 +197,22 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 			cl.lockOwners[key] = lo
 			t.lockOwners[lo.id] = lo
 		} else if q.minor == 0 {
-			// A known lock-owner's first lock state on this file: its
-			// seqid must be the owner's next one, which this request uses.
-			if lo.seq.busy || l.OpenOwner.LockSeqid != lo.seq.seqid+1 {
+			switch {
+			case !lo.seq.busy && !cl.holdsLockState(lo):
+				// A lock-owner with no lock state has no established
+				// lock_seqid (RFC 7530 16.10.4): its first LOCKs were
+				// refused, and the client starts it again (Linux with
+				// lock_seqid 0, the same owner). This request begins
+				// its sequence.
+				lo.seq = seqOwner{seqid: l.OpenOwner.LockSeqid}
+			case lo.seq.busy || l.OpenOwner.LockSeqid != lo.seq.seqid+1:
+				// A known lock-owner's first lock state on this file: its
+				// seqid must be the owner's next one, which this request
+				// uses.
 				return nil, false, nfsv4.NFS4ERR_BAD_SEQID
+			default:
+				lo.seq.seqid, lo.seq.reply = l.OpenOwner.LockSeqid, nil
 			}
-			lo.seq.seqid, lo.seq.reply = l.OpenOwner.LockSeqid, nil
 		}
 		if ls = o.locks[lo]; ls != nil {
 			return ls, false, nfsv4.NFS4_OK
@@ -218,6 +228,17 @@ func (q *request) lockStateFor(lk nfsv4.Locker4) (ls *lockState, fresh bool, st 
 		return ls, false, st
 	}
 	return nil, false, nfsv4.NFS4ERR_INVAL
+}
+
+// holdsLockState reports whether lock-owner lo has a lock state on any
+// open of cl. Requires the table mutex.
+func (cl *client) holdsLockState(lo *lockOwner) bool {
+	for _, op := range cl.opens {
+		if op.locks[lo] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // dropFresh forgets a lock state made by a LOCK that then failed.

@@ -220,3 +220,31 @@ func TestNFSv40SetclientidFromAnotherPrincipalIsClidInuse(t *testing.T) {
 	again := e.dial(0, userCred)
 	again.setclientid40("shared-id") // the same principal, a new connection
 }
+
+// Found by the Linux 4.0 client (kernelnfs, two servers of one file
+// system): a lock-owner whose first LOCK was denied got NFS4ERR_BAD_SEQID,
+// an EIO to the application, on its next try. Linux drops the lock state
+// of a LOCK that failed and starts the next one afresh, with the lock-owner
+// it had (its id is reused) and lock_seqid 0 again. The rule (RFC 7530
+// 16.10.4): only a lock-owner with an established lock_seqid, one that
+// holds lock state, sequences an open_to_lock_owner; one that holds none
+// starts its sequence with this request, whatever its seqid.
+func TestNFSv40ALockOwnerWhoseFirstLockWasDeniedStartsAgain(t *testing.T) {
+	e := newEnv(t, Options{})
+	holder, waiter := e.dial(0, userCred), e.dial(0, userCred)
+	fh, hsid := confirmedOpen40(t, holder, "holder40", "contended40")
+	hlock := lockOK(t, holder.do(putfh(fh), lockFirst(holder, hsid, 3, "h", 0, 0, 100))[1])
+	_, wsid := confirmedOpen40(t, waiter, "waiter40", "contended40")
+
+	// Denied three times over, as a polling client tries: Linux's
+	// lock_seqid 0 each time, or one that counted on (1).
+	for i, lockSeqid := range []uint32{0, 0, 1} {
+		c := waiter
+		c.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockFirst(c, wsid, 3+uint32(i), "w", lockSeqid, 50, 10))
+	}
+	holder.do(putfh(fh), unlock(hlock, 1, 0, 100))
+	wlock := lockOK(t, waiter.do(putfh(fh), lockFirst(waiter, wsid, 6, "w", 0, 50, 10))[1])
+	// Its sequence runs on from the grant.
+	waiter.do(putfh(fh), lockMore(wlock, 1, 70, 10))
+	waiter.expect(nfsv4.NFS4ERR_BAD_SEQID, putfh(fh), lockMore(wlock, 0, 90, 10))
+}
