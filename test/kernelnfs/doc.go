@@ -15,11 +15,11 @@
 // Two of the servers serve one file system, its metadata in a PostgreSQL
 // database the host test starts (pgtest) and its bucket in the test
 // binary's own store: the guest mounts both (4.1 and 4.2, then 4.0 and
-// 4.1), and
-// checks through the kernel client that they are one file system
+// 4.1) and checks through the kernel client that they are one file system
 // (close-to-open, names, locks and flock across servers, a kill -9 of one).
-// The other two are single servers on the embedded store: one with default flags (root squashed,
-// AUTH_NONE refused for everything but the NULL ping), where the guest
+// The other two are single servers on the embedded store: one with
+// default flags (root squashed, AUTH_NONE refused for everything but the
+// NULL ping), where the guest
 // mounts at each NFS minor version and mount option set, works as an
 // unprivileged user and checks root squash; and one with
 // --root-squash=false, where the guest runs the POSIX conformance workloads
