@@ -14,8 +14,8 @@
 //
 // Two of the servers serve one file system, its metadata in a PostgreSQL
 // database the host test starts (pgtest) and its bucket in the test
-// binary's own store: the guest mounts both (4.1 and 4.2, then 4.0 and
-// 4.1) and checks through the kernel client that they are one file system
+// binary's own store: the guest mounts both (4.1 and 4.2, 4.0 and 4.1,
+// 4.2 and 4.0) and checks through the kernel client that they are one file system
 // (close-to-open, names, locks and flock across servers, a kill -9 of one).
 // The other two are single servers on the embedded store: one with
 // default flags (root squashed, AUTH_NONE refused for everything but the

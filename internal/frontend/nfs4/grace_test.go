@@ -341,3 +341,36 @@ func TestAReclaimingClientGetsGraceForNewLocksAfterTheGracePeriodUntilItsReclaim
 	holder.do(putfh(fh), lockNew(holder, sid, "l", nfsv4.WRITE_LT, 0, 10))
 	holder.do(putroot(), openArgs(holder, 0, "o2", "slow", nfsv4.OPEN4_SHARE_ACCESS_READ, nil))
 }
+
+// Found by the Linux client (kernelnfs, two servers of one file system):
+// Linux waits at least 5 s between renewals whatever the lease, and the
+// lease of a shared file system is 5 s, so an idle client renewed at the
+// end of its lease or just after, and lost its locks. The rule: a client
+// that renews a little late (here at 1.2 times the lease, three times
+// over) keeps its state; one that stops renewing is expired all the same.
+func TestAClientThatRenewsALittleLateKeepsItsLocks(t *testing.T) {
+	lease := time.Second
+	e := newEnv(t, Options{LeaseTime: lease})
+	holder, other := e.dial(0, userCred), e.dial(0, userCred)
+	fh, sid := confirmedOpen40(t, holder, "late-renewer", "held-late")
+	holder.do(putfh(fh), lockFirst(holder, sid, 3, "h", 0, 0, 10))
+	other.setclientid40("other")
+	lockt := &nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsv4.WRITE_LT, Offset: 0, Length: 1,
+		Owner: nfsv4.StateOwner4{Clientid: other.clientID, Owner: []byte("x")}}}
+	renew := &nfsv4.NfsArgop4_OP_RENEW{Oprenew: nfsv4.Renew4args{Clientid: holder.clientID}}
+	for range 3 {
+		time.Sleep(lease * 6 / 5) // the client's own renewal period, not a wait for the server
+		holder.do(renew)
+		other.expect(nfsv4.NFS4ERR_DENIED, putfh(fh), lockt)
+	}
+	waitFor(t, func() bool {
+		e.srv.state.mu.Lock()
+		defer e.srv.state.mu.Unlock()
+		_, ok := e.srv.state.clients[holder.clientID]
+		return !ok
+	}, "the silent client's lease to expire")
+	third := e.dial(0, userCred)
+	third.setclientid40("third")
+	lockt.Oplockt.Owner.Clientid = third.clientID
+	third.expect(nfsv4.NFS4_OK, putfh(fh), lockt)
+}

@@ -69,6 +69,19 @@ func decodeStop(b []byte) time.Time {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(b)))
 }
 
+// expireAfter is how long after its last renewal a client is expired:
+// half as long again as the lease it is told (FATTR4_LEASE_TIME). A
+// client renews within the lease by its own clock, but the Linux client
+// waits at least 5 s between renewals whatever the lease, so under a
+// lease of 5 s (servers of a shared file system, identity.go) an idle
+// Linux client renewed at the very end of its lease or just after it,
+// and lost its locks to a client of another server (kernelnfs, a 4.2
+// client idle while another server restarted). Keeping a client longer
+// than its lease is safe: it believes it holds its state only until its
+// lease runs out, by its own count, and other servers take a dead
+// server's state by the registry's lease, not by this one.
+func (s *Server) expireAfter() time.Duration { return s.lease * 3 / 2 }
+
 // renewStep is how far a client's lease may be renewed past the time its
 // record holds before the record is written again; renewLag bounds how far
 // the stored time lags the real one (a step, and a reaper tick to notice).
@@ -121,7 +134,7 @@ func (s *Server) loadRecords(ctx context.Context) (map[string]string, error) {
 		// The lease ran out before alive, even allowing for the lag of
 		// the stored renewal and for the reaper's tick, at which a lease
 		// past its time ends.
-		if !r.renewed.IsZero() && alive.Sub(r.renewed) > s.lease+s.renewLag()+2*s.reapTick() {
+		if !r.renewed.IsZero() && alive.Sub(r.renewed) > s.expireAfter()+s.renewLag()+2*s.reapTick() {
 			dropped = append(dropped, owner)
 			continue
 		}
@@ -214,7 +227,7 @@ func (s *Server) closeRecords() map[string]bool {
 			continue
 		}
 		idle := len(cl.opens) == 0 && cl.granting == 0 && !prev
-		if idle || now.Sub(cl.lastRenew) > s.lease {
+		if idle || now.Sub(cl.lastRenew) > s.expireAfter() {
 			cl.recorded = false
 			del = append(del, cl.key)
 			continue

@@ -394,7 +394,7 @@ func (s *Server) expiredClients(now time.Time) []*client {
 	defer t.mu.Unlock()
 	var out []*client
 	for _, cl := range t.clients {
-		if now.Sub(cl.lastRenew) <= s.lease || cl.busy() {
+		if now.Sub(cl.lastRenew) <= s.expireAfter() || cl.busy() {
 			continue
 		}
 		out = append(out, cl)
