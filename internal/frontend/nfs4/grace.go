@@ -143,9 +143,12 @@ func (s *Server) startGrace(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(owners)
-	g.end = time.Now().Add(s.lease)
+	// As long as a client is kept without renewing (expireAfter): an idle
+	// client learns of the restart at its next renewal, which may come
+	// that late (Linux renews at most every 5 s), and then reclaims.
+	g.end = time.Now().Add(s.expireAfter())
 	s.log.Info(fmt.Sprintf("grace period of %v for %d NFS clients that held state: they may reclaim their opens and locks, new ones wait until they have (4.1: RECLAIM_COMPLETE) or the period ends",
-		s.lease, len(recs)), "clients", fmt.Sprintf("%q", owners), "until", g.end.Format(time.RFC3339))
+		s.expireAfter(), len(recs)), "clients", fmt.Sprintf("%q", owners), "until", g.end.Format(time.RFC3339))
 	return nil
 }
 

@@ -84,7 +84,7 @@ func TestOnlyAClientThatStillHoldsALockHoldsUpOthersAfterARestart(t *testing.T) 
 	other := e.dial(1, authSys(1001, 1001))
 	other.session("other")
 	other.expect(nfsv4.NFS4ERR_GRACE, putroot(), openArgs(other, 0, "o", "ledger", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nil))
-	if l := logs.String(); !strings.Contains(l, "grace period of 1m0s for 1 NFS clients that held state") || !strings.Contains(l, `4.1:holder`) {
+	if l := logs.String(); !strings.Contains(l, "grace period of 1m5s for 1 NFS clients that held state") || !strings.Contains(l, `4.1:holder`) {
 		t.Errorf("the start did not say how long the grace period lasts and for whom:\n%s", l)
 	}
 

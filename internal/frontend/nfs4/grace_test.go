@@ -347,7 +347,8 @@ func TestAReclaimingClientGetsGraceForNewLocksAfterTheGracePeriodUntilItsReclaim
 // lease of a shared file system is 5 s, so an idle client renewed at the
 // end of its lease or just after, and lost its locks. The rule: a client
 // that renews a little late (here at 1.2 times the lease, three times
-// over) keeps its state; one that stops renewing is expired all the same.
+// over; it is kept for half its lease more, at most 5 s) keeps its state;
+// one that stops renewing is expired all the same.
 func TestAClientThatRenewsALittleLateKeepsItsLocks(t *testing.T) {
 	lease := time.Second
 	e := newEnv(t, Options{LeaseTime: lease})

@@ -70,17 +70,17 @@ func decodeStop(b []byte) time.Time {
 }
 
 // expireAfter is how long after its last renewal a client is expired:
-// half as long again as the lease it is told (FATTR4_LEASE_TIME). A
-// client renews within the lease by its own clock, but the Linux client
-// waits at least 5 s between renewals whatever the lease, so under a
-// lease of 5 s (servers of a shared file system, identity.go) an idle
-// Linux client renewed at the very end of its lease or just after it,
-// and lost its locks to a client of another server (kernelnfs, a 4.2
-// client idle while another server restarted). Keeping a client longer
-// than its lease is safe: it believes it holds its state only until its
-// lease runs out, by its own count, and other servers take a dead
-// server's state by the registry's lease, not by this one.
-func (s *Server) expireAfter() time.Duration { return s.lease * 3 / 2 }
+// the lease it is told (FATTR4_LEASE_TIME) and half as long again, at
+// most 5 s more. A client renews within the lease by its own clock, but
+// the Linux client waits at least 5 s between renewals whatever the
+// lease, so under a lease of 5 s (servers of a shared file system,
+// identity.go) an idle Linux client renewed at the very end of its lease
+// or just after it, and lost its locks to a client of another server
+// (kernelnfs, a 4.2 client idle while another server restarted). Keeping
+// a client longer than its lease is safe: it believes it holds its state
+// only until its lease runs out, by its own count, and other servers take
+// a dead server's state by the registry's lease, not by this one.
+func (s *Server) expireAfter() time.Duration { return s.lease + min(s.lease/2, 5*time.Second) }
 
 // renewStep is how far a client's lease may be renewed past the time its
 // record holds before the record is written again; renewLag bounds how far
