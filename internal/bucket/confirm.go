@@ -88,7 +88,7 @@ func (c *Client) confirmWrite(ctx context.Context, key string, opt PutOptions, o
 	if !c.confirmWrites || opt.IfMatch == "" && !opt.IfNoneMatch || !hasVersion(ours.VersionID) {
 		return nil
 	}
-	where := "s3://" + c.bucket + "/" + c.prefix + key
+	where := c.String() + key
 	objects, markers, err := c.history(ctx, key, ours.VersionID)
 	if err != nil {
 		return fmt.Errorf("bucket: confirm the conditional write of %s: %w", where, err)

@@ -93,7 +93,7 @@ func classify(err error) error {
 // fail wraps err from operation verb on key with the operation, the object
 // and the sentinel it is an instance of.
 func (c *Client) fail(op *opTimer, verb, key string, err error) error {
-	where := "s3://" + c.bucket + "/" + c.prefix + key
+	where := c.String() + key
 	if op.parent.Err() != nil && !op.expired.Load() {
 		// The caller gave up; that is not the store's fault.
 		return fmt.Errorf("bucket: %s %s: %w", verb, where, err)

@@ -149,7 +149,7 @@ func (c *Client) Head(ctx context.Context, key, versionID string) (ObjectInfo, e
 		switch {
 		case err == nil && !found:
 			c.stats.localHeads.Add(1)
-			return ObjectInfo{}, fmt.Errorf("bucket: head s3://%s/%s%s (in process): %w", c.bucket, c.prefix, key, ErrNotFound)
+			return ObjectInfo{}, fmt.Errorf("bucket: head %s%s (in process): %w", c, key, ErrNotFound)
 		case err == nil:
 			c.stats.localHeads.Add(1)
 		default:

@@ -94,9 +94,7 @@ func (e *echoes) take(key string, made []bucket.ObjectInfo) []bucket.ObjectInfo 
 	var rest []bucket.ObjectInfo
 	for _, m := range made {
 		vs := e.made[key]
-		i := slices.IndexFunc(vs, func(v bucket.ObjectInfo) bool {
-			return v.VersionID == m.VersionID && strings.Trim(v.ETag, `"`) == strings.Trim(m.ETag, `"`)
-		})
+		i := slices.IndexFunc(vs, func(v bucket.ObjectInfo) bool { return sameWrite(v.VersionID, v.ETag, m.VersionID, m.ETag) })
 		if i < 0 {
 			rest = append(rest, m)
 			continue
@@ -116,4 +114,10 @@ func (e *echoes) waiting(key string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.inflight[key] > 0 || e.parked[key] != nil
+}
+
+// sameWrite reports whether two descriptions of a version name one write
+// of a key: the same version id and the same ETag, quoted or not.
+func sameWrite(versionA, etagA, versionB, etagB string) bool {
+	return versionA == versionB && strings.Trim(etagA, `"`) == strings.Trim(etagB, `"`)
 }

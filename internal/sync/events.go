@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"syscall"
@@ -233,7 +232,7 @@ func (im *Importer) drain(ctx context.Context, q *notifications) {
 
 // apply is drain's work on one key taken from q; false means ctx ended.
 // The key is parked or queued again, when it is, before its turn ends
-// (q.done), so that it is never seen as waiting for nothing (eventsCover).
+// (q.done), so that it is never seen as waiting for nothing (eventsSay).
 func (im *Importer) apply(ctx context.Context, q *notifications, key string, p *pendingKey) bool {
 	defer q.done(key)
 	if !p.unknown && len(p.made) > 0 {
@@ -302,7 +301,7 @@ func (im *Importer) ownVersions(ctx context.Context, key string, made []bucket.O
 	}
 	rec := owner.Keys[i]
 	for _, m := range made {
-		if m.VersionID != rec.VersionID || strings.Trim(m.ETag, `"`) != strings.Trim(rec.ETag, `"`) {
+		if !sameWrite(m.VersionID, m.ETag, rec.VersionID, rec.ETag) {
 			return false, nil
 		}
 	}
