@@ -860,37 +860,33 @@ func TestAListingOfAPrefixNothingCanBeUnderAnswersAsTheBackendDoes(t *testing.T)
 
 // deref2 is a listing with its pointers followed, for comparison.
 func deref2(r s3response.ListObjectsV2Result) []any {
-	var keys, prefixes []string
-	for _, o := range r.Contents {
-		keys = append(keys, aws.ToString(o.Key))
-	}
-	for _, p := range r.CommonPrefixes {
-		prefixes = append(prefixes, aws.ToString(p.Prefix))
-	}
-	ptr := func(p *string) string {
-		if p == nil {
-			return "<nil>"
-		}
-		return *p
-	}
-	return []any{ptr(r.Name), ptr(r.Prefix), ptr(r.StartAfter), ptr(r.ContinuationToken), ptr(r.NextContinuationToken),
-		aws.ToInt32(r.KeyCount), aws.ToInt32(r.MaxKeys), ptr(r.Delimiter), aws.ToBool(r.IsTruncated), keys, prefixes, r.EncodingType}
+	return append(listed(r.Contents, r.CommonPrefixes), shown(r.Name), shown(r.Prefix), shown(r.StartAfter),
+		shown(r.ContinuationToken), shown(r.NextContinuationToken), aws.ToInt32(r.KeyCount), aws.ToInt32(r.MaxKeys),
+		shown(r.Delimiter), aws.ToBool(r.IsTruncated), r.EncodingType)
 }
 
+// deref1 is deref2 for the first version of the call.
 func deref1(r s3response.ListObjectsResult) []any {
-	var keys, prefixes []string
-	for _, o := range r.Contents {
+	return append(listed(r.Contents, r.CommonPrefixes), shown(r.Name), shown(r.Prefix), shown(r.Marker),
+		shown(r.NextMarker), aws.ToInt32(r.MaxKeys), shown(r.Delimiter), aws.ToBool(r.IsTruncated), r.EncodingType)
+}
+
+// listed is the keys and the prefixes of a listing page.
+func listed(objects []s3response.Object, prefixes []types.CommonPrefix) []any {
+	var keys, ps []string
+	for _, o := range objects {
 		keys = append(keys, aws.ToString(o.Key))
 	}
-	for _, p := range r.CommonPrefixes {
-		prefixes = append(prefixes, aws.ToString(p.Prefix))
+	for _, p := range prefixes {
+		ps = append(ps, aws.ToString(p.Prefix))
 	}
-	ptr := func(p *string) string {
-		if p == nil {
-			return "<nil>"
-		}
-		return *p
+	return []any{keys, ps}
+}
+
+// shown is *p, or "<nil>": a field left out is told from an empty one.
+func shown(p *string) string {
+	if p == nil {
+		return "<nil>"
 	}
-	return []any{ptr(r.Name), ptr(r.Prefix), ptr(r.Marker), ptr(r.NextMarker), aws.ToInt32(r.MaxKeys), ptr(r.Delimiter),
-		aws.ToBool(r.IsTruncated), keys, prefixes, r.EncodingType}
+	return *p
 }

@@ -148,13 +148,7 @@ func sharedPair(t *testing.T, portA, portB string, vers [2]string) {
 
 	t.Run("locks", func(t *testing.T) {
 		data := content("locked", 1000)
-		must(t, os.WriteFile(filepath.Join(a, "locked"), data, 0o644))
-		fa, err := os.OpenFile(filepath.Join(a, "locked"), os.O_RDWR, 0)
-		must(t, err)
-		defer fa.Close()
-		fb, err := os.OpenFile(filepath.Join(b, "locked"), os.O_RDWR, 0)
-		must(t, err)
-		defer fb.Close()
+		fa, fb := writeAndOpenBoth(t, a, b, "locked", data)
 		setlk := func(f *os.File, typ int16, start, n int64) error {
 			return unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: typ, Whence: 0, Start: start, Len: n})
 		}
@@ -199,13 +193,7 @@ func sharedPair(t *testing.T, portA, portB string, vers [2]string) {
 		// flock is a whole-file byte-range lock on NFS (LOCK_EX a write
 		// lock, so the file is open for writing): it conflicts across
 		// servers too.
-		must(t, os.WriteFile(filepath.Join(a, "flocked"), data, 0o644))
-		ga, err := os.OpenFile(filepath.Join(a, "flocked"), os.O_RDWR, 0)
-		must(t, err)
-		defer ga.Close()
-		gb, err := os.OpenFile(filepath.Join(b, "flocked"), os.O_RDWR, 0)
-		must(t, err)
-		defer gb.Close()
+		ga, gb := writeAndOpenBoth(t, a, b, "flocked", data)
 		must(t, unix.Flock(int(ga.Fd()), unix.LOCK_SH|unix.LOCK_NB))
 		if err := unix.Flock(int(gb.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
 			t.Errorf("flock LOCK_EX through B of a file A holds shared: %v, want EWOULDBLOCK", err)
@@ -298,4 +286,22 @@ func sharedPair(t *testing.T, portA, portB string, vers [2]string) {
 	})
 	unmountNFS(t, mntA)
 	unmountNFS(t, mntB)
+}
+
+// writeAndOpenBoth writes name through the mount a and opens it for
+// reading and writing through a and through b, until t ends.
+func writeAndOpenBoth(t *testing.T, a, b, name string, data []byte) (fa, fb *os.File) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(a, name), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(dir string) *os.File {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	return open(a), open(b)
 }
