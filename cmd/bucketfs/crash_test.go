@@ -98,12 +98,10 @@ func (p *fsProc) start(flags ...string) {
 	})
 	waitFor(p.t, "the mount", func() bool { return fusetest.Mounted(p.mnt) })
 	// The admin socket comes up just after the mount (the engine starts
-	// once the mount is made): status and flush reach the process only
-	// then. CI saw a flush right after a start find nothing running.
-	waitFor(p.t, "the admin socket", func() bool {
-		out, err := exec.Command(binary, "status", "--state-dir", p.stateDir).Output()
-		return err == nil && strings.Contains(string(out), ": running")
-	})
+	// once the mount is made), before the start line: status and flush
+	// reach the process only then. CI saw a flush right after a start find
+	// nothing running.
+	waitFor(p.t, "the start line", func() bool { return strings.Contains(p.log.String(), "mounted at") })
 }
 
 // kill9 kills the process with SIGKILL and clears the dead mount.
