@@ -22,7 +22,8 @@
 // store, a fresh store): rounds never continue on an earlier round's state.
 // -store postgres is the separate store with the metadata on a PostgreSQL
 // server of the round's own (--meta, started from Debian's binaries as
-// the tests do); half its rounds kill PostgreSQL too, with bucketfs.
+// the tests do); half its rounds kill PostgreSQL too, with bucketfs, and
+// half crash PostgreSQL alone while the writer runs (bucketfs stays up).
 // "both" is embedded and separate; "all" adds postgres.
 // Each round prints its seed; `-seed N -rounds 1 -store MODE` replays the
 // round's operations and kill plan (the moment of the kill within the

@@ -143,12 +143,31 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	// With PostgreSQL, half the rounds kill it too, right after bucketfs,
 	// as the loss of a machine that runs both would: what was committed
 	// must come back from its write-ahead log.
-	killDB := p.pg != nil && rand.New(rand.NewPCG(seed, 3)).IntN(2) == 0
+	dbRNG := rand.New(rand.NewPCG(seed, 3))
+	killDB := p.pg != nil && dbRNG.IntN(2) == 0
+	// With PostgreSQL, half the rounds also crash it alone while the
+	// writer runs, and start it again after up to 1 s: bucketfs stays up.
+	// Calls made meanwhile must wait for the database and succeed (an
+	// outage this short is not one that ends in EIO), and everything
+	// acknowledged before, during and after must come back as in any
+	// round.
+	var outage *dbOutage
+	if p.pg != nil && dbRNG.IntN(2) == 0 {
+		outage = &dbOutage{
+			at:   time.Duration(dbRNG.Int64N(int64(plan.write))).Round(time.Millisecond),
+			down: time.Duration(dbRNG.Int64N(int64(time.Second))).Round(time.Millisecond),
+		}
+	}
 	res.plan = plan.String()
+	if outage != nil {
+		res.plan = outage.String() + "; " + res.plan
+	}
 	if killDB {
 		res.plan += ", PostgreSQL killed with it"
 	}
+	outageDone := outage.run(ctx, p.pg)
 	planErr := plan.run(ctx, p, m, &stop, writerDone)
+	planErr = errors.Join(planErr, <-outageDone)
 	crashing.Store(true)
 	killErr := p.kill9()
 	if killDB {
@@ -223,6 +242,37 @@ func fsyncPath(path string) error {
 		err = unix.Fsync(fd)
 	}
 	return err
+}
+
+// A dbOutage crashes PostgreSQL alone (kill -9 of all its processes)
+// while bucketfs runs, and starts it again.
+type dbOutage struct {
+	at   time.Duration // after this much of the writer's run
+	down time.Duration // how long the database stays down
+}
+
+func (o *dbOutage) String() string {
+	return fmt.Sprintf("PostgreSQL crashed alone after %v of writing and down %v", o.at, o.down)
+}
+
+// run starts the outage in the background; the channel gets its error
+// (nil at once for no outage). The database is up again when it is sent.
+func (o *dbOutage) run(ctx context.Context, pg *pgtest.Server) <-chan error {
+	done := make(chan error, 1)
+	if o == nil {
+		done <- nil
+		return done
+	}
+	go func() {
+		if err := sleep(ctx, o.at); err != nil {
+			done <- err
+			return
+		}
+		pg.Kill()
+		err := sleep(ctx, o.down)
+		done <- errors.Join(err, pg.StartAgain())
+	}()
+	return done
 }
 
 // A killPlan says when the round kills bucketfs.
