@@ -81,6 +81,24 @@ type Txn interface {
 	DeleteRange(lower, upper []byte) error
 }
 
+// ProvisionalTxn is the Txn of a store whose commits become durable only at
+// Sync and which a crash cuts at a commit boundary, keeping a prefix of the
+// commits (Pebble). SetProvisional stores value at key as Set does, and the
+// store deletes the key again, in the same batch, with the next commit of
+// any Update that does not set it provisionally itself; a Sync, and a clean
+// Close, delete it first too. So a provisional key is found after a crash
+// (by the next open of the store) only if the commit that last set it is
+// the last commit the store kept: nothing committed after it survived, and
+// no Sync covered it.
+//
+// meta marks the pieces of an unfinished write(2) with one, so that a crash
+// that kept only its first pieces can be undone at the next start instead of
+// every such write paying a sync (meta's unfinished.go).
+type ProvisionalTxn interface {
+	Txn
+	SetProvisional(key, value []byte) error
+}
+
 // Snapshot is a read-only view of one committed state; see Store.Snapshot.
 type Snapshot interface {
 	Reader

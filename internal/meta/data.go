@@ -122,26 +122,30 @@ func Continues(off, n int64) bool {
 // Whether more of the same write is to come is guessed from where the
 // piece lies (Continues).
 func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
-	return s.writeData(ctx, ino, p, off, appending, false, now, lim, fn)
+	w, err := s.WritePiece(ctx, ino, p, off, appending, false, now, lim, fn)
+	return w.Inode, err
 }
 
 // WriteDataMore is WriteData for a piece that its caller knows more of the
 // same request will follow: the vfs's own split of a large write, the
 // pieces of an NFS COPY.
 func (s *Store) WriteDataMore(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
-	return s.writeData(ctx, ino, p, off, appending, true, now, lim, fn)
+	w, err := s.WritePiece(ctx, ino, p, off, appending, true, now, lim, fn)
+	return w.Inode, err
 }
 
-// writeData is WriteData; more says the caller knows more of the write
-// follows.
-func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
+// WritePiece is WriteData, or WriteDataMore when more is set, and tells
+// whether the piece joined an unfinished write's chain of pieces that a
+// crash keeps whole or undoes (unfinished.go).
+func (s *Store) WritePiece(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (piece Piece, err error) {
 	used, err := s.usageFor(ctx, lim)
 	if err != nil {
-		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
+		return Piece{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
 	}
 	// Room for the blocks with their keys and record headers, and the inode.
 	size := len(p) + (len(p)/tier.BlockSize+2)*64 + 1024
 	var kept keptFile
+	var in Inode
 	err = s.kv.UpdateSized(ctx, size, func(tx kv.Txn) error {
 		kept = keptFile{}
 		// The inode and its place in the export queue, which
@@ -152,6 +156,7 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 		if in, err = s.regularFile(tx, ino); err != nil {
 			return err
 		}
+		before := in
 		if appending {
 			off = in.Size
 		}
@@ -171,7 +176,8 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 		at := s.now()
 		due := at.Add(s.exportDelay)
 		in.UnfinishedWrite = 0
-		if more || Continues(off, int64(len(p))) {
+		continues := more || Continues(off, int64(len(p)))
+		if continues {
 			// Most likely a piece of a larger write(2) that the kernel
 			// is still handing over: the quiet period gets PieceGrace
 			// more, so that a stall of the writer between two pieces
@@ -181,13 +187,18 @@ func (s *Store) writeData(ctx context.Context, ino Ino, p []byte, off int64, app
 			due = due.Add(PieceGrace)
 			in.UnfinishedWrite = at.UnixNano()
 		}
-		return s.markChangedUntil(tx, &in, DataChange, due, &kept)
+		if err := s.markChangedUntil(tx, &in, DataChange, due, &kept); err != nil {
+			return err
+		}
+		piece, err = s.markPiece(tx, &before, &in, off, continues)
+		return err
 	})
 	if err != nil {
-		return Inode{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
+		return Piece{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
 	}
 	s.reportKept(kept)
-	return in, nil
+	piece.Inode = in
+	return piece, nil
 }
 
 // usageFor reads Usage for the checks of lim, if it bounds anything.
@@ -349,12 +360,11 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 			return nil
 		}
 		if size < in.Size {
-			delta, err := tier.Cut(tx, uint64(ino), size, in.held(), in.stamp())
+			delta, err := cutData(tx, &in, size)
 			if err != nil {
 				return err
 			}
 			in.hold(delta)
-			in.Backed = min(in.Backed, size)
 		}
 		in.Size = size
 		if fn != nil {
@@ -367,6 +377,17 @@ func (s *Store) ResizeData(ctx context.Context, ino Ino, size int64, growOnly bo
 	}
 	s.reportKept(kept)
 	return in, nil
+}
+
+// cutData drops the file's bytes at or past size, lowering Backed to it,
+// and returns what that frees; the caller holds the delta and sets Size.
+func cutData(tx kv.Txn, in *Inode, size int64) (tier.Bytes, error) {
+	delta, err := tier.Cut(tx, uint64(in.Ino), size, in.held(), in.stamp())
+	if err != nil {
+		return tier.Bytes{}, err
+	}
+	in.Backed = min(in.Backed, size)
+	return delta, nil
 }
 
 // PunchData makes [off, off+n) of the file read as zeros, without changing

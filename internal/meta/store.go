@@ -55,6 +55,7 @@ import (
 //	S<ino><server>              the NFS share reservations of one server's opens of ino (shared.go)
 //	B<ino><identity>            another server dropped a dead run's locks on ino (shared.go)
 //	I<server>                   the NFS identity of one run of an NFS server (shared.go)
+//	W<ino>                      the file's size and times before a write still in pieces (unfinished.go)
 const (
 	pInode    = 'i'
 	pEntry    = 'd'
@@ -160,10 +161,13 @@ type Store struct {
 	exportDelay time.Duration
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
-	defaults    Defaults
-	inos        inoRange // the numbers this Store gives out (counters.go)
-	cells       uint64   // names this Store's counter cells (counters.go)
-	deltas      deltaSeq // this Store's counter deltas (counters.go)
+	// undone is how many files Open cut back to their size before a
+	// write the last run left unfinished (unfinished.go).
+	undone   int
+	defaults Defaults
+	inos     inoRange // the numbers this Store gives out (counters.go)
+	cells    uint64   // names this Store's counter cells (counters.go)
+	deltas   deltaSeq // this Store's counter deltas (counters.go)
 	// Observation fences (fences.go): the age bound, and what
 	// TrimFences saw of the tombstones, by key.
 	maxObservationAge time.Duration
@@ -251,6 +255,9 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
 	s.inos.set(inos, inoClaim)
+	if s.undone, err = s.undoUnfinished(ctx); err != nil {
+		return nil, fmt.Errorf("open namespace: %w", err)
+	}
 	if err := s.bringQueueForward(ctx); err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
@@ -287,6 +294,10 @@ func (s *Store) format(tx kv.Txn) error {
 	}
 	return tx.Set(keyLostFoundShared, nil)
 }
+
+// UndoneWrites is how many files Open cut back to their state before a
+// write(2) that a crash cut short between its pieces (unfinished.go).
+func (s *Store) UndoneWrites() int { return s.undone }
 
 // Fsid is the file system's random id, fixed when it was created.
 func (s *Store) Fsid() string { return s.fsid }

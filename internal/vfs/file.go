@@ -45,6 +45,9 @@ type Handle struct {
 	// looked like a piece of a larger write(2) with more to come
 	// (meta.Continues), else -1. Under mu.
 	pieceEnd int64
+	// pieceChained: the pieces of that write so far are one chain that a
+	// crash keeps whole or undoes (meta.Piece). Under mu.
+	pieceChained bool
 }
 
 // Ino returns the inode the handle is open on.

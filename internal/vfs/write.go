@@ -62,13 +62,12 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool, fn f
 	}
 	done := 0
 	var last meta.Inode
+	var first meta.Piece
+	chained := true // every piece after the first joined the chain
 	for done < len(p) {
 		n := min(len(p)-done, maxWrite)
-		write := fs.meta.WriteData
-		if more || done+n < len(p) {
-			write = fs.meta.WriteDataMore
-		}
-		in, err := write(ctx, h.ino, p[done:done+n], off+int64(done), appending, fs.now(), fs.cfg.TierLimits, fn)
+		piece, err := fs.meta.WritePiece(ctx, h.ino, p[done:done+n], off+int64(done), appending,
+			more || done+n < len(p), fs.now(), fs.cfg.TierLimits, fn)
 		if err != nil {
 			if done > 0 {
 				// A short write; the next one meets the error. This
@@ -80,11 +79,16 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool, fn f
 			}
 			return 0, err
 		}
-		last, fn = in, nil
+		if done == 0 {
+			first = piece
+		} else {
+			chained = chained && piece.Chained && piece.Extends
+		}
+		last, fn = piece.Inode, nil
 		done += n
 		fs.counters.written.Add(int64(n))
 	}
-	if err := h.endPieces(ctx, last.Size, off, done, appending, more); err != nil {
+	if err := h.endPieces(ctx, last.Size, off, done, appending, more, first, chained); err != nil {
 		return 0, err
 	}
 	return done, nil
@@ -102,14 +106,18 @@ func (h *Handle) continues(off int64, appending bool) bool {
 // crash once it has returned. Each piece is its own transaction, committed
 // without a sync, so a crash soon after the write returned could keep its
 // first pieces and lose the last ones: a state the writer never saw
-// returned. The piece that ends such a write (one that follows a piece
-// with more to come and has none itself, or a call that wrote several
-// pieces) syncs the store before the write returns, which makes every
-// piece durable at once; a write of one piece needs nothing, as a crash
-// keeps it whole or not at all. size is the file's size after the write,
-// for an appending handle whose offset the store chose; more says the
-// caller has more of this write to come.
-func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending, more bool) error {
+// returned. A write of one piece needs nothing, as a crash keeps it whole
+// or not at all. Nor does a write that only extended the file in one
+// uninterrupted chain of pieces (meta's unfinished.go): a crash that keeps
+// only its first pieces is undone at the next start. Any other write that
+// ends here after several pieces (one that follows a piece with more to
+// come and has none itself, or a call that wrote several pieces) syncs
+// the store before it returns, which makes every piece durable at once.
+// size is the file's size after the write, for an appending handle whose
+// offset the store chose; more says the caller has more of this write to
+// come; first is what the store said of this call's first piece, and
+// chained whether all its later pieces joined the chain.
+func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending, more bool, first meta.Piece, chained bool) error {
 	if appending {
 		off = size - int64(n)
 	}
@@ -117,8 +125,15 @@ func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appendin
 	lastOff := off + int64((n-1)/maxWrite*maxWrite)
 	h.mu.Lock()
 	followed := h.pieceEnd == off
+	// Whether the write so far, this call included, is one chain.
+	if followed {
+		chained = chained && h.pieceChained && first.Chained && first.Extends
+	} else {
+		chained = chained && first.Extends
+	}
 	if more || meta.Continues(lastOff, end-lastOff) {
 		h.pieceEnd = end
+		h.pieceChained = chained
 	} else {
 		h.pieceEnd = -1
 	}
@@ -127,7 +142,7 @@ func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appendin
 	// A write held for a flush may continue this one now (the requests
 	// of one write may come out of order: NFS, mmap writeback).
 	h.fs.holds.moved()
-	if open || !followed && n <= maxWrite {
+	if open || !followed && n <= maxWrite || chained {
 		return nil
 	}
 	return h.fs.meta.Sync(ctx)

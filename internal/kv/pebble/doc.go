@@ -18,7 +18,9 @@
 // among them: the log is replayed in order and stops at the first record
 // that did not fully reach the disk. The directories the store creates are
 // synced into their parents, so the store itself survives a power loss
-// right after its first start.
+// right after its first start. Provisional keys ([kv.ProvisionalTxn]) rely
+// on that order: the next commit deletes them in its own batch, so one
+// found after a crash was set by the last commit the log kept.
 //
 // Pebble holds an exclusive lock on the LOCK file in its directory. Opening a
 // directory that another process (or another Store in this process) has open

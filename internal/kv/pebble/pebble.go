@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"bucketfs/internal/kv"
@@ -75,6 +77,13 @@ type pebbleStore struct {
 	// channel of capacity 1, so that waiting honors ctx) from the start of fn
 	// until its batch is committed or discarded. Views never take it.
 	writer chan struct{}
+
+	// provisional holds the keys the last commit set provisionally
+	// (kv.ProvisionalTxn), which the next commit deletes unless it sets
+	// them again. Under the writer slot; nProvisional is its length, read
+	// by Sync without the slot.
+	provisional  [][]byte
+	nProvisional atomic.Int32
 }
 
 var _ kv.Store = (*pebbleStore)(nil)
@@ -229,6 +238,15 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 	if b.Empty() {
 		return nil
 	}
+	// The keys the last commit set provisionally go with this one, unless
+	// it sets them again.
+	for _, k := range s.provisional {
+		if !slices.ContainsFunc(tx.provisional, func(p []byte) bool { return bytes.Equal(p, k) }) {
+			if err := b.Delete(k, nil); err != nil {
+				return fmt.Errorf("kv: commit: %w", err)
+			}
+		}
+	}
 	// NoSync: the commit is in the WAL's buffer and visible at once; Sync
 	// makes it durable. (Pebble's log writer stamps each chunk with the
 	// offset its last Sync made durable, and recovery after a power loss
@@ -238,6 +256,38 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 	if err := b.Commit(pdb.NoSync); err != nil {
 		return fmt.Errorf("kv: commit: %w", err)
 	}
+	s.provisional = tx.provisional
+	s.nProvisional.Store(int32(len(tx.provisional)))
+	return nil
+}
+
+// settle commits the deletion of the provisional keys of the last commit,
+// if there are any, so that no Sync makes them durable.
+func (s *pebbleStore) settle(ctx context.Context) error {
+	if s.nProvisional.Load() == 0 {
+		return nil
+	}
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+	if len(s.provisional) == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, k := range s.provisional {
+		if err := b.Delete(k, nil); err != nil {
+			return fmt.Errorf("kv: settle: %w", err)
+		}
+	}
+	if err := b.Commit(pdb.NoSync); err != nil {
+		return fmt.Errorf("kv: settle: %w", err)
+	}
+	s.provisional = nil
+	s.nProvisional.Store(0)
 	return nil
 }
 
@@ -245,10 +295,14 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 // pebble.Sync. The WAL is one append-only file (per memtable); syncing it up
 // to this record fsyncs every record before it, that is every batch committed
 // earlier with NoSync. WAL files rotated out before this call were synced
-// when they were closed. Sync does not take the writer slot: commits that race
-// with it may or may not be covered, commits that returned before it are.
+// when they were closed. Sync does not take the writer slot, but to delete
+// the last commit's provisional keys first (settle): commits that race with
+// it may or may not be covered, commits that returned before it are.
 func (s *pebbleStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.settle(ctx); err != nil {
 		return err
 	}
 	if err := s.db.LogData(nil, pdb.Sync); err != nil {
@@ -258,9 +312,11 @@ func (s *pebbleStore) Sync(ctx context.Context) error {
 }
 
 // Close implements Store. It flushes nothing to sstables; unsynced commits
-// are written to the WAL (Pebble syncs the WAL when it closes it).
+// are written to the WAL (Pebble syncs the WAL when it closes it), after
+// the deletion of the last commit's provisional keys.
 func (s *pebbleStore) Close() error {
-	err := s.db.Close()
+	err := s.settle(context.Background())
+	err = errors.Join(err, s.db.Close())
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}
@@ -375,7 +431,21 @@ func (r *viewReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error 
 
 // batchTxn is the kv.Txn an Update hands to fn.
 type batchTxn struct {
-	b *pdb.Batch
+	b           *pdb.Batch
+	provisional [][]byte // keys set with SetProvisional
+}
+
+var _ kv.ProvisionalTxn = (*batchTxn)(nil)
+
+// SetProvisional implements kv.ProvisionalTxn.
+func (t *batchTxn) SetProvisional(key, value []byte) error {
+	if err := t.Set(key, value); err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(t.provisional, func(p []byte) bool { return bytes.Equal(p, key) }) {
+		t.provisional = append(t.provisional, bytes.Clone(key))
+	}
+	return nil
 }
 
 func (t *batchTxn) Get(key []byte) ([]byte, error) {

@@ -350,3 +350,105 @@ func TestMemtablesAreSizedToTheDisk(t *testing.T) {
 		}
 	}
 }
+
+// A provisional key is found after a crash only if the commit that last set
+// it is the last commit the store kept (kv.ProvisionalTxn). Every commit of
+// a random sequence writes its number to "n"; some also set the
+// provisional key "p" to it, some Sync after. Each seed crashes once,
+// keeping a random share of what was not synced, and checks the rule
+// against what survived: "p" is there exactly when the last commit kept
+// set it and no Sync came after that commit, and then holds its number.
+func TestAProvisionalKeyOutlivesACrashOnlyAsPartOfTheLastCommitKept(t *testing.T) {
+	base := uint64(time.Now().UnixNano())
+	t.Logf("seed base %d", base)
+	for i := range uint64(40) {
+		seed := base + i
+		rng := rand.New(rand.NewPCG(seed, 1))
+		mem := vfs.NewCrashableMem()
+		s, err := Open("/db", Options{FS: mem, MemTableSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		setsP := map[uint64]bool{}       // commit number -> it set "p"
+		syncedAfter := map[uint64]bool{} // commit number -> a Sync came after it
+		commits := 1 + rng.IntN(30)
+		for c := range uint64(commits) {
+			setP := rng.IntN(2) == 0
+			setsP[c] = setP
+			err := s.Update(ctx, func(tx kv.Txn) error {
+				if setP {
+					if err := tx.(kv.ProvisionalTxn).SetProvisional([]byte("p"), kv.AppendUint64(nil, c)); err != nil {
+						return err
+					}
+				}
+				return tx.Set([]byte("n"), kv.AppendUint64(nil, c))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Within the running store the rule holds at once.
+			if v, err := getValue(s, []byte("p")); setP != (err == nil) || setP && kv.Uint64(v) != c {
+				t.Fatalf("seed %d: after commit %d (sets p: %v) p reads %x, %v", seed, c, setP, v, err)
+			}
+			if rng.IntN(5) == 0 {
+				if err := s.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for d := range c + 1 {
+					syncedAfter[d] = true
+				}
+				if _, err := getValue(s, []byte("p")); !errors.Is(err, kv.ErrNotFound) {
+					t.Fatalf("seed %d: p is there after a Sync: %v", seed, err)
+				}
+			}
+		}
+		crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rand.New(rand.NewPCG(seed, 2))})
+		s.Close()
+		c, err := Open("/db", Options{FS: crashed})
+		if err != nil {
+			t.Fatalf("seed %d: open after the crash: %v", seed, err)
+		}
+		nv, nerr := getValue(c, []byte("n"))
+		pv, perr := getValue(c, []byte("p"))
+		c.Close()
+		if errors.Is(nerr, kv.ErrNotFound) {
+			if perr == nil {
+				t.Fatalf("seed %d: no commit kept, yet p = %x", seed, pv)
+			}
+			continue
+		}
+		if nerr != nil || perr != nil && !errors.Is(perr, kv.ErrNotFound) {
+			t.Fatal(nerr, perr)
+		}
+		last := kv.Uint64(nv)
+		want := setsP[last] && !syncedAfter[last]
+		if want != (perr == nil) || want && kv.Uint64(pv) != last {
+			t.Fatalf("seed %d: the last commit kept is %d (set p: %v, synced after: %v), and p reads %x (%v)",
+				seed, last, setsP[last], syncedAfter[last], pv, perr)
+		}
+	}
+}
+
+// A clean Close deletes the provisional keys of the last commit.
+func TestAProvisionalKeyIsGoneAfterACleanClose(t *testing.T) {
+	dir := t.TempDir()
+	s := openPebble(t, dir)
+	ctx := context.Background()
+	if err := s.Update(ctx, func(tx kv.Txn) error {
+		return tx.(kv.ProvisionalTxn).SetProvisional([]byte("p"), []byte("x"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if v, err := getValue(s2, []byte("p")); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("after a clean close p reads %q, %v", v, err)
+	}
+}
