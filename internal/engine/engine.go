@@ -337,9 +337,9 @@ func Open(ctx context.Context, cfg Config) (e *Engine, err error) {
 		Bucket: "s3://" + e.Bucket.Name() + "/" + e.Bucket.Prefix()}); err != nil {
 		return nil, err
 	}
-	if n := e.Meta.UndoneWrites(); n > 0 {
+	if n, skipped := e.Meta.UndoneWrites(); n > 0 || skipped > 0 {
 		e.log.Warn("a crash cut writes short between their pieces: the files are back at their size before each write",
-			"files", n)
+			"files", n, "markers_left_alone", skipped)
 	}
 	if !cfg.ReadOnly { // read-only writes nothing to the bucket, not even these
 		// Multipart uploads the last run started and never ended (a

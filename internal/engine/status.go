@@ -243,7 +243,7 @@ func OfflineStatus(ctx context.Context, stateDir string, exportDelay time.Durati
 		return st, err
 	}
 	defer db.Close()
-	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: exportDelay})
+	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: exportDelay, KeepUnfinished: true})
 	if err != nil {
 		return st, err
 	}
@@ -283,7 +283,7 @@ func SharedStatus(ctx context.Context, url, schema string, delay time.Duration) 
 	st.Bucket = bucket
 	// Open writes nothing to a namespace that exists (but may bring an
 	// older one's records up to date, as any server's start would).
-	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: delay})
+	m, err := meta.Open(ctx, db, meta.Options{ExportDelay: delay, KeepUnfinished: true})
 	if err != nil {
 		return st, err
 	}

@@ -122,7 +122,7 @@ func Continues(off, n int64) bool {
 // Whether more of the same write is to come is guessed from where the
 // piece lies (Continues).
 func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
-	w, err := s.WritePiece(ctx, ino, p, off, appending, false, now, lim, fn)
+	w, err := s.WritePiece(ctx, ino, 0, p, off, appending, false, now, lim, fn)
 	return w.Inode, err
 }
 
@@ -130,14 +130,15 @@ func (s *Store) WriteData(ctx context.Context, ino Ino, p []byte, off int64, app
 // same request will follow: the vfs's own split of a large write, the
 // pieces of an NFS COPY.
 func (s *Store) WriteDataMore(ctx context.Context, ino Ino, p []byte, off int64, appending bool, now int64, lim Limits, fn func(in *Inode)) (in Inode, err error) {
-	w, err := s.WritePiece(ctx, ino, p, off, appending, true, now, lim, fn)
+	w, err := s.WritePiece(ctx, ino, 0, p, off, appending, true, now, lim, fn)
 	return w.Inode, err
 }
 
 // WritePiece is WriteData, or WriteDataMore when more is set, and tells
 // whether the piece joined an unfinished write's chain of pieces that a
-// crash keeps whole or undoes (unfinished.go).
-func (s *Store) WritePiece(ctx context.Context, ino Ino, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (piece Piece, err error) {
+// crash keeps whole or undoes (unfinished.go). chain names the writer's
+// chains (a vfs handle; 0: none, the piece joins or starts none).
+func (s *Store) WritePiece(ctx context.Context, ino Ino, chain uint64, p []byte, off int64, appending, more bool, now int64, lim Limits, fn func(in *Inode)) (piece Piece, err error) {
 	used, err := s.usageFor(ctx, lim)
 	if err != nil {
 		return Piece{}, fmt.Errorf("write inode %d at %d: %w", ino, off, err)
@@ -190,7 +191,7 @@ func (s *Store) WritePiece(ctx context.Context, ino Ino, p []byte, off int64, ap
 		if err := s.markChangedUntil(tx, &in, DataChange, due, &kept); err != nil {
 			return err
 		}
-		piece, err = s.markPiece(tx, &before, &in, off, continues)
+		piece, err = s.markPiece(tx, chain, &before, &in, off, int64(len(p)), continues)
 		return err
 	})
 	if err != nil {

@@ -79,11 +79,14 @@ var (
 
 // MetaFormat is the metadata format this bucketfs writes: 3 since inode
 // records of version 3 and a file's first name kept in its inode record
-// (record.go, addLink). It reads every earlier format. A bucketfs from
-// before format 3 has no check and reports a corrupt inode record on a
-// file system at format 3: every server of a file system must run a
-// bucketfs that knows its format.
-const MetaFormat = 3
+// (record.go, addLink); 4 since the markers of unfinished writes
+// (unfinished.go), which an older bucketfs would neither undo nor delete,
+// so that a later start of this one would set back a file by a marker
+// the older one had left stale. It reads every earlier format. A
+// bucketfs from before format 3 has no check and reports a corrupt inode
+// record on a file system at format 3: every server of a file system
+// must run a bucketfs that knows its format.
+const MetaFormat = 4
 
 // ErrNewerFormat says the file system was written by a newer bucketfs.
 var ErrNewerFormat = errors.New("meta: the file system was written by a newer bucketfs")
@@ -125,6 +128,10 @@ type Options struct {
 	// transaction has committed (a transaction's fn may run more than
 	// once, see package kv), by the goroutine that made the change.
 	OnKeptInLostFound func(ino Ino, name string)
+	// KeepUnfinished leaves the markers of writes a crash cut short
+	// (unfinished.go) for the next Open to undo: for a look at a stopped
+	// file system (bucketfs status) that must not change files.
+	KeepUnfinished bool
 	// Defaults are the owner and modes of what carries no attributes of
 	// its own (nil: StandardDefaults).
 	Defaults *Defaults
@@ -161,9 +168,9 @@ type Store struct {
 	exportDelay time.Duration
 	now         func() time.Time
 	onKept      func(ino Ino, name string)
-	// undone is how many files Open cut back to their size before a
-	// write the last run left unfinished (unfinished.go).
-	undone   int
+	// undo counts what Open did with the markers of writes the last run
+	// left unfinished (unfinished.go).
+	undo     struct{ done, skipped int }
 	defaults Defaults
 	inos     inoRange // the numbers this Store gives out (counters.go)
 	cells    uint64   // names this Store's counter cells (counters.go)
@@ -255,8 +262,10 @@ func Open(ctx context.Context, db kv.Store, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
 	s.inos.set(inos, inoClaim)
-	if s.undone, err = s.undoUnfinished(ctx); err != nil {
-		return nil, fmt.Errorf("open namespace: %w", err)
+	if !opt.KeepUnfinished {
+		if err := s.undoUnfinished(ctx); err != nil {
+			return nil, fmt.Errorf("open namespace: %w", err)
+		}
 	}
 	if err := s.bringQueueForward(ctx); err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
@@ -294,10 +303,6 @@ func (s *Store) format(tx kv.Txn) error {
 	}
 	return tx.Set(keyLostFoundShared, nil)
 }
-
-// UndoneWrites is how many files Open cut back to their state before a
-// write(2) that a crash cut short between its pieces (unfinished.go).
-func (s *Store) UndoneWrites() int { return s.undone }
 
 // Fsid is the file system's random id, fixed when it was created.
 func (s *Store) Fsid() string { return s.fsid }

@@ -15,7 +15,8 @@ const maxCopy = 64 << 20
 // Every piece is written with more to come (as WriteContinued), so that a
 // flush does not export dst in the middle of the copy, and once done the
 // copy ends the write, synced first when it took several pieces, as a
-// write(2) of several pieces is (endPieces). It stops at the end of src
+// write(2) of more than two pieces is (endPieces; a copy's pieces carry
+// no marker of an unfinished write). It stops at the end of src
 // and returns the bytes copied; an error after some were copied makes a
 // short copy, as it makes a short write. clearFor, if set, is the copier
 // when it lacks CAP_FSETID: the first piece's transaction also clears

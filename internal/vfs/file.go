@@ -45,9 +45,13 @@ type Handle struct {
 	// looked like a piece of a larger write(2) with more to come
 	// (meta.Continues), else -1. Under mu.
 	pieceEnd int64
-	// pieceChained: the pieces of that write so far are one chain that a
-	// crash keeps whole or undoes (meta.Piece). Under mu.
+	// pieceChained: that piece was a head that set its marker
+	// (meta.Piece.Head), so that the next piece may end the write
+	// without a sync. Under mu.
 	pieceChained bool
+	// chain names this handle's chains of pieces to the store
+	// (meta.WritePiece): unique among the handles of the FS.
+	chain uint64
 }
 
 // Ino returns the inode the handle is open on.
@@ -286,6 +290,7 @@ func (fs *FS) open(ctx context.Context, c Cred, in *meta.Inode, flags uint32) (*
 func (fs *FS) open1(ctx context.Context, c Cred, in *meta.Inode, flags uint32, recorded bool, epoch uint64) (*Handle, error) {
 	acc := flags & syscall.O_ACCMODE
 	h := &Handle{fs: fs, ino: in.Ino, flags: flags, pinned: in.Base, replacedAt: in.Replaced, pieceEnd: -1,
+		chain:    fs.chains.Add(1),
 		readable: acc == syscall.O_RDONLY || acc == syscall.O_RDWR,
 		writable: acc == syscall.O_WRONLY || acc == syscall.O_RDWR}
 	// Counted open from the start, so eviction leaves the tier state alone

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -110,7 +111,8 @@ type FS struct {
 	inv      invalidators
 	counters counters
 	disk     diskCheck
-	holds    writeHolds // new writes held for a flush (write.go)
+	holds    writeHolds    // new writes held for a flush (write.go)
+	chains   atomic.Uint64 // the last Handle.chain given out
 }
 
 // New assembles an FS.

@@ -63,10 +63,10 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool, fn f
 	done := 0
 	var last meta.Inode
 	var first meta.Piece
-	chained := true // every piece after the first joined the chain
+	pieces := 0
 	for done < len(p) {
 		n := min(len(p)-done, maxWrite)
-		piece, err := fs.meta.WritePiece(ctx, h.ino, p[done:done+n], off+int64(done), appending,
+		piece, err := fs.meta.WritePiece(ctx, h.ino, h.chain, p[done:done+n], off+int64(done), appending,
 			more || done+n < len(p), fs.now(), fs.cfg.TierLimits, fn)
 		if err != nil {
 			if done > 0 {
@@ -79,16 +79,15 @@ func (h *Handle) write(ctx context.Context, p []byte, off int64, more bool, fn f
 			}
 			return 0, err
 		}
-		if done == 0 {
+		if pieces == 0 {
 			first = piece
-		} else {
-			chained = chained && piece.Chained && piece.Extends
 		}
+		pieces++
 		last, fn = piece.Inode, nil
 		done += n
 		fs.counters.written.Add(int64(n))
 	}
-	if err := h.endPieces(ctx, last.Size, off, done, appending, more, first, chained); err != nil {
+	if err := h.endPieces(ctx, last.Size, off, done, appending, more, first, pieces); err != nil {
 		return 0, err
 	}
 	return done, nil
@@ -107,33 +106,35 @@ func (h *Handle) continues(off int64, appending bool) bool {
 // without a sync, so a crash soon after the write returned could keep its
 // first pieces and lose the last ones: a state the writer never saw
 // returned. A write of one piece needs nothing, as a crash keeps it whole
-// or not at all. Nor does a write that only extended the file in one
-// uninterrupted chain of pieces (meta's unfinished.go): a crash that keeps
-// only its first pieces is undone at the next start. Any other write that
-// ends here after several pieces (one that follows a piece with more to
-// come and has none itself, or a call that wrote several pieces) syncs
-// the store before it returns, which makes every piece durable at once.
+// or not at all. Nor does a write that began with a piece the kernel
+// sends alone (the rest of the page it starts inside) at the end of the
+// file, when its second piece ended it and nothing was committed between
+// the two (meta's unfinished.go): a crash that keeps the first piece only
+// is undone at the next start. Any other write that ends here after
+// several pieces (one that follows a piece with more to come and has none
+// itself, or a call that wrote several pieces) syncs the store before it
+// returns, which makes every piece durable at once.
 // size is the file's size after the write, for an appending handle whose
 // offset the store chose; more says the caller has more of this write to
-// come; first is what the store said of this call's first piece, and
-// chained whether all its later pieces joined the chain.
-func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending, more bool, first meta.Piece, chained bool) error {
+// come; first is what the store said of this call's first piece, of the
+// call's pieces in all.
+func (h *Handle) endPieces(ctx context.Context, size, off int64, n int, appending, more bool, first meta.Piece, pieces int) error {
 	if appending {
 		off = size - int64(n)
 	}
 	end := off + int64(n)
 	lastOff := off + int64((n-1)/maxWrite*maxWrite)
 	h.mu.Lock()
-	followed := h.pieceEnd == off
-	// Whether the write so far, this call included, is one chain.
-	if followed {
-		chained = chained && h.pieceChained && first.Chained && first.Extends
-	} else {
-		chained = chained && first.Extends
-	}
+	// An appending handle's write continues its last one wherever the
+	// store put it (continues): another writer's bytes may have come
+	// between.
+	followed := h.pieceEnd == off || appending && h.pieceEnd >= 0
+	// A head and the one piece after it, nothing committed between:
+	// the write is whole in the store, or undone after a crash.
+	chained := followed && h.pieceChained && first.Chained && pieces == 1
 	if more || meta.Continues(lastOff, end-lastOff) {
 		h.pieceEnd = end
-		h.pieceChained = chained
+		h.pieceChained = !followed && first.Head && pieces == 1
 	} else {
 		h.pieceEnd = -1
 	}

@@ -253,11 +253,18 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 	// relies on that stamp: a Sync that does not reach the disk, to get
 	// commits written out sooner, would turn a torn tail into "corruption"
 	// that stops the store from opening.)
-	if err := b.Commit(pdb.NoSync); err != nil {
-		return fmt.Errorf("kv: commit: %w", err)
-	}
+	// The keys this commit sets provisionally are published before it
+	// is visible: a Sync that sees the commit must settle them. Should
+	// the commit fail, the earlier ones are still there too (a settle
+	// of keys that are not there deletes nothing).
+	earlier := s.provisional
 	s.provisional = tx.provisional
 	s.nProvisional.Store(int32(len(tx.provisional)))
+	if err := b.Commit(pdb.NoSync); err != nil {
+		s.provisional = append(earlier, tx.provisional...)
+		s.nProvisional.Store(int32(len(s.provisional)))
+		return fmt.Errorf("kv: commit: %w", err)
+	}
 	return nil
 }
 
