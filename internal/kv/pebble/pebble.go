@@ -140,6 +140,15 @@ func Open(dir string, opt Options) (kv.Store, error) {
 		return pdb.ValueSeparationPolicy{Enabled: true, MinimumSize: 1024, MaxBlobReferenceDepth: 10,
 			RewriteMinimumAge: time.Minute, TargetGarbageRatio: 0.2}
 	}
+	// A flush writes its blob files, and its sstables, in blocks of this
+	// size (Pebble takes a blob file's block size from the level's
+	// options). At the default 4 KiB each file data value is a block of
+	// its own, with a compression, a checksum and a hand-over to the
+	// writing goroutine each; 64 KiB blocks wrote 512 MiB of file data
+	// 1.5 times as fast (BenchmarkSeqWrite512MiB). Compactions write the
+	// sstables again in the lower levels' 4 KiB blocks; a read of one
+	// value of a blob file reads its 64 KiB block.
+	o.Levels[0].BlockSize = 64 << 10
 	db, err := pdb.Open(dir, o)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kv: open pebble %s: %w", dir, err), lock.Close())
