@@ -90,11 +90,15 @@ import (
 // records and this server's marks are deleted (pruneRecords).
 //
 // What this does not catch: share reservations granted and released by
-// another server while this one was down (no mark is left for them), a
-// conflicting lock taken and released through FUSE on this server
-// during the grace period, and locks dropped after the registry had
-// forgotten the dead run (two lease times after its death), which leave
-// no mark.
+// another server while this one was down (no mark is left for them; the
+// Linux client never asks for a deny mode, so only other clients' share
+// reservations are concerned), a conflicting lock taken and released
+// through FUSE on this server during the grace period (no command runs a
+// FUSE mount and an NFS server in one process: `bucketfs mount` has no
+// NFS server and `serve` no FUSE mount, and a FUSE mount elsewhere is
+// another server, whose drops leave marks), and locks dropped after the
+// registry had forgotten the dead run (two lease times after its death),
+// which leave no mark.
 
 // graceState is the grace period's part of the state table, guarded by
 // the table's mutex.
