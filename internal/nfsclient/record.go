@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Record marking (RFC 5531 §11): on a stream transport every RPC message
@@ -67,11 +68,13 @@ func readRecord(r io.Reader, maxSize int) ([]byte, error) {
 				errRecordTooLarge, len(record), n, maxSize)
 		}
 		// Read in bounded chunks so that a lying header costs at most
-		// one chunk of memory before the stream runs dry.
+		// one chunk of memory before the stream runs dry. A chunk holds
+		// a 1 MiB READ's reply whole, headers and all, so that it is
+		// read into one allocation, not grown and copied.
 		for n > 0 {
-			chunk := min(n, 1<<20)
+			chunk := min(n, 1<<20+64<<10)
 			start := len(record)
-			record = append(record, make([]byte, chunk)...)
+			record = slices.Grow(record, chunk)[:start+chunk]
 			if _, err := io.ReadFull(r, record[start:]); err != nil {
 				if err == io.EOF {
 					err = io.ErrUnexpectedEOF

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+	xdrruntime "github.com/buildbarn/go-xdr/pkg/runtime"
 )
 
 // NFS program and procedure numbers (RFC 7530 §17, RFC 8881 §16).
@@ -239,16 +241,87 @@ func (c *Conn) startCompound(ctx context.Context, minorVersion uint32, tag strin
 	return c.start(ctx, NFSProgram, NFSVersion, ProcCompound, args)
 }
 
+// decodeCompound decodes a COMPOUND4res as Compound4res.ReadFrom does,
+// but for the data of a READ, which it slices out of body: go-xdr reads a
+// variable-length opaque through a buffer that grows as it reads, and a
+// READ of 1 MiB cost about 2 MiB of allocation and as many bytes copied
+// (a fifth of the Go client's CPU in a cold read). The data shares body's
+// memory, which nothing else uses.
 func decodeCompound(body []byte) (*nfsv4.Compound4res, error) {
-	var res nfsv4.Compound4res
-	r := bytes.NewReader(body)
-	if _, err := res.ReadFrom(r); err != nil {
+	res, err := decodeCompoundRes(body)
+	if err != nil {
 		return nil, fmt.Errorf("nfsclient: decoding COMPOUND4res: %w", err)
 	}
+	return res, nil
+}
+
+func decodeCompoundRes(body []byte) (*nfsv4.Compound4res, error) {
+	var res nfsv4.Compound4res
+	r := bytes.NewReader(body)
+	status, _, err := xdrruntime.ReadInt(r)
+	if err != nil {
+		return nil, err
+	}
+	res.Status = nfsv4.Nfsstat4(status)
+	if res.Tag, _, err = xdrruntime.ReadUTF8String(r, math.MaxUint32); err != nil {
+		return nil, err
+	}
+	n, _, err := xdrruntime.ReadUnsignedInt(r)
+	if err != nil {
+		return nil, err
+	}
+	for range n {
+		at := len(body) - r.Len()
+		if len(body)-at >= 4 && binary.BigEndian.Uint32(body[at:]) == uint32(nfsv4.OP_READ) {
+			op, used, err := decodeRead(body[at+4:])
+			if err != nil {
+				return nil, err
+			}
+			res.Resarray = append(res.Resarray, op)
+			r.Seek(int64(at+4+used), io.SeekStart)
+			continue
+		}
+		op, _, err := nfsv4.ReadNfsResop4(r)
+		if err != nil {
+			return nil, err
+		}
+		res.Resarray = append(res.Resarray, op)
+	}
 	if r.Len() != 0 {
-		return nil, fmt.Errorf("nfsclient: %d stray bytes after COMPOUND4res", r.Len())
+		return nil, fmt.Errorf("%d stray bytes after COMPOUND4res", r.Len())
 	}
 	return &res, nil
+}
+
+// decodeRead decodes a READ4res from the start of b, its data a slice of
+// b, and says how many bytes of b it took.
+func decodeRead(b []byte) (*nfsv4.NfsResop4_OP_READ, int, error) {
+	if len(b) < 4 {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	status := nfsv4.Nfsstat4(binary.BigEndian.Uint32(b))
+	if status != nfsv4.NFS4_OK {
+		return &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_default{Status: status}}, 4, nil
+	}
+	if len(b) < 12 {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	var eof bool
+	switch binary.BigEndian.Uint32(b[4:]) {
+	case 0:
+	case 1:
+		eof = true
+	default:
+		return nil, 0, errors.New("READ4resok.eof is not a boolean")
+	}
+	n := int(binary.BigEndian.Uint32(b[8:]))
+	padded := n + (4-n%4)%4
+	if n < 0 || len(b)-12 < padded {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	data := b[12 : 12+n : 12+n]
+	return &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{Resok4: nfsv4.Read4resok{Eof: eof, Data: data}}},
+		12 + padded, nil
 }
 
 type rawBody []byte

@@ -294,3 +294,70 @@ func TestMultiFragmentRepliesAreJoined(t *testing.T) {
 		t.Fatalf("echo of %d bytes came back as %d bytes", len(args), len(got))
 	}
 }
+
+// decodeCompound takes a READ's data from the reply's own bytes instead of
+// go-xdr's copy; everything it decodes must be what go-xdr decodes, and a
+// reply cut anywhere must be refused, as go-xdr refuses it.
+func TestDecodeCompoundReadsWhatGoXDRReads(t *testing.T) {
+	read := func(data []byte, eof bool) nfsv4.NfsResop4 {
+		return &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{Resok4: nfsv4.Read4resok{Eof: eof, Data: data}}}
+	}
+	seq := &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: nfsv4.Sequence4resok{SrSequenceid: 7, SrSlotid: 1}}}
+	putfh := &nfsv4.NfsResop4_OP_PUTFH{Opputfh: nfsv4.Putfh4res{Status: nfsv4.NFS4_OK}}
+	big := make([]byte, 1<<20+3)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	for _, c := range []struct {
+		name string
+		res  nfsv4.Compound4res
+	}{
+		{"read of 1 MiB and 3 bytes", nfsv4.Compound4res{Tag: "t", Resarray: []nfsv4.NfsResop4{seq, putfh, read(big, false)}}},
+		{"empty read at the end", nfsv4.Compound4res{Resarray: []nfsv4.NfsResop4{seq, putfh, read(nil, true)}}},
+		{"reads of 1 to 5 bytes", nfsv4.Compound4res{Resarray: []nfsv4.NfsResop4{read(big[:1], false), read(big[:2], true),
+			read(big[:3], false), read(big[:4], true), read(big[:5], false)}}},
+		{"a read refused", nfsv4.Compound4res{Status: nfsv4.NFS4ERR_OPENMODE, Resarray: []nfsv4.NfsResop4{seq, putfh,
+			&nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_default{Status: nfsv4.NFS4ERR_OPENMODE}}}}},
+		{"a read between other results", nfsv4.Compound4res{Resarray: []nfsv4.NfsResop4{seq, read(big[:100], true), putfh}}},
+		{"no read", nfsv4.Compound4res{Tag: "ü", Resarray: []nfsv4.NfsResop4{seq, putfh}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if _, err := c.res.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			body := buf.Bytes()
+			got, err := decodeCompound(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want nfsv4.Compound4res
+			if _, err := want.ReadFrom(bytes.NewReader(body)); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(normalizeReads(*got), normalizeReads(want)) {
+				t.Fatalf("decoded %+v, go-xdr decodes %+v", *got, want)
+			}
+			for cut := 0; cut < len(body); cut += max(1, len(body)/97) {
+				if _, err := decodeCompound(body[:cut]); err == nil {
+					t.Fatalf("a reply cut to %d of its %d bytes decoded", cut, len(body))
+				}
+			}
+			if _, err := decodeCompound(append(bytes.Clone(body), 0, 0, 0, 0)); err == nil {
+				t.Fatal("a reply with 4 stray bytes decoded")
+			}
+		})
+	}
+}
+
+// normalizeReads makes empty and nil READ data compare equal.
+func normalizeReads(res nfsv4.Compound4res) nfsv4.Compound4res {
+	for i, op := range res.Resarray {
+		if r, ok := op.(*nfsv4.NfsResop4_OP_READ); ok {
+			if ok, isOK := r.Opread.(*nfsv4.Read4res_NFS4_OK); isOK && len(ok.Resok4.Data) == 0 {
+				res.Resarray[i] = &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{Resok4: nfsv4.Read4resok{Eof: ok.Resok4.Eof}}}
+			}
+		}
+	}
+	return res
+}
