@@ -56,7 +56,9 @@ func (c *Client) ConfirmsWrites() bool { return c.confirmWrites }
 //   - after ours: it is current already, and ours stays a noncurrent
 //     version. The store's order of two writes it acknowledged at once is
 //     not trusted either, and taking the other write's side loses
-//     nothing.
+//     nothing. The error is a *LandedError naming ours: the caller records
+//     ours as written, so that what the other write did to it (a delete)
+//     reads as the bucket's change, not as a key never written.
 //   - before ours, that is between the condition and the write (the
 //     store's mistake): ours hides it, so ours is deleted by its version
 //     id and the other write is current again. That loses nothing: ours
@@ -104,8 +106,10 @@ func (c *Client) confirmWrite(ctx context.Context, key string, opt PutOptions, o
 		return fmt.Errorf("bucket: confirm the conditional write of %s: its version %s is gone: %w", where, ours.VersionID, ErrInterleaved)
 	}
 	if !objects[i].IsLatest {
-		// Something newer is current: nothing of ours to undo.
-		return fmt.Errorf("bucket: conditional write of %s: a write landed after ours (%s): %w", where, ours.VersionID, ErrInterleaved)
+		// Something newer is current: nothing of ours to undo, and ours
+		// stays below it.
+		return &LandedError{Ours: ours,
+			err: fmt.Errorf("bucket: conditional write of %s: a write landed after ours (%s): %w", where, ours.VersionID, ErrInterleaved)}
 	}
 	if opt.IfMatch != "" && (ours.VersionID == opt.IfMatchVersion ||
 		mayRewrite && opt.IfMatchVersion == "" && ours.ETag == unquote(aws.String(opt.IfMatch))) {

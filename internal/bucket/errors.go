@@ -35,6 +35,20 @@ var (
 	ErrInterleaved   = fmt.Errorf("another write of the key landed next to this conditional one: %w", ErrPrecondition)
 )
 
+// LandedError is the error of a conditional write that landed but that a
+// later write of the key, which the store acknowledged beside it, is
+// current over (see confirmWrite). Ours is the version the write made: a
+// noncurrent version of the key now, which stays. What the later write
+// did (a new version, or a delete marker) it did to ours. It wraps
+// ErrInterleaved.
+type LandedError struct {
+	Ours ObjectInfo
+	err  error
+}
+
+func (e *LandedError) Error() string { return e.err.Error() }
+func (e *LandedError) Unwrap() error { return e.err }
+
 // refuseWrite fails with ErrReadOnly when the client is read-only (see
 // Config.ReadOnly).
 func (c *Client) refuseWrite(verb, key string) error {

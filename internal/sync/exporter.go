@@ -436,6 +436,9 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			// already exported: reconcile made the Gen durable first.
 			obj, err := e.upload(ctx, snap, in, want[0], have[want[0]])
 			if err != nil {
+				if obj.Key != "" { // it landed, beside a later write
+					keep = append(keep, obj)
+				}
 				return err
 			}
 			src, base = obj, obj
@@ -451,6 +454,9 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
 					})
 				if err != nil {
+					if o, ok := landed(want[0], in.Size, err); ok {
+						keep = append(keep, o)
+					}
 					return e.conflictOr(want[0], err)
 				}
 				src = toObject(obj, in.Size)
@@ -490,6 +496,9 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 					return e.bucket.Copy(ctx, k, src.Key, src.VersionID, opt)
 				})
 			if err != nil {
+				if o, ok := landed(k, in.Size, err); ok {
+					keep = append(keep, o)
+				}
 				return e.conflictOr(k, err)
 			}
 			keep = append(keep, toObject(obj, in.Size))
@@ -776,16 +785,33 @@ func (e *Exporter) upload(ctx context.Context, snap *meta.Snapshot, in *meta.Ino
 		}
 		return e.uploadFile(ctx, snap, in, key, opt)
 	}
-	info, err := e.recover(ctx, key, in, opt, put)
-	if err != nil {
-		return meta.Object{}, e.conflictOr(key, err)
-	}
-	e.bytes.Add(in.Size)
 	size := in.Size
 	if in.Type() == syscall.S_IFLNK {
 		size = int64(len(in.Target))
 	}
+	info, err := e.recover(ctx, key, in, opt, put)
+	if err != nil {
+		o, _ := landed(key, size, err)
+		return o, e.conflictOr(key, err)
+	}
+	e.bytes.Add(in.Size)
 	return toObject(info, size), nil
+}
+
+// landed is the object a write to key that failed made all the same: one
+// the store acknowledged under a later write of the key
+// (bucket.LandedError). It is the inode's object at key for what comes
+// next: a reconcile that fails still records it (reconcileFile), so that
+// the later write, a delete too, is the bucket's change to it, and wins,
+// rather than a key this inode never wrote, to be written again as new.
+func landed(key string, size int64, err error) (meta.Object, bool) {
+	var le *bucket.LandedError
+	if !errors.As(err, &le) {
+		return meta.Object{}, false
+	}
+	o := toObject(le.Ours, size)
+	o.Key = key
+	return o, true
 }
 
 // recover runs write (an upload or copy to key under opt's conditions) and,

@@ -3,6 +3,7 @@ package sync
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -39,17 +40,23 @@ func clientAt(t *testing.T, srv *s3local.Server, name, endpoint string) *bucket.
 // once it has landed.
 func racingEnv(t *testing.T, key, condition string, after bool, cfg ExporterConfig) (m *meta.Store, im *Importer, e *Exporter, direct *bucket.Client, theirs *bucket.ObjectInfo) {
 	t.Helper()
-	srv, name := s3test.NewBucket(t)
-	direct = clientAt(t, srv, name, srv.Endpoint)
-	theirs = new(bucket.ObjectInfo)
 	body := []byte("the bucket side's write, beside the export")
-	write := func() {
+	return racingEnvWith(t, key, condition, after, cfg, func(direct *bucket.Client) bucket.ObjectInfo {
 		info, err := direct.Put(context.Background(), key, bytes.NewReader(body), int64(len(body)), bucket.PutOptions{})
 		if err != nil {
 			t.Errorf("the other client's PUT: %v", err)
 		}
-		*theirs = info
-	}
+		return info
+	})
+}
+
+// racingEnvWith is racingEnv with other as the other client's write.
+func racingEnvWith(t *testing.T, key, condition string, after bool, cfg ExporterConfig, other func(direct *bucket.Client) bucket.ObjectInfo) (m *meta.Store, im *Importer, e *Exporter, direct *bucket.Client, theirs *bucket.ObjectInfo) {
+	t.Helper()
+	srv, name := s3test.NewBucket(t)
+	direct = clientAt(t, srv, name, srv.Endpoint)
+	theirs = new(bucket.ObjectInfo)
+	write := func() { *theirs = other(direct) }
 	var raced atomic.Bool
 	proxy := s3test.NewProxy(t, srv, func(p *s3test.Proxy, w http.ResponseWriter, r *http.Request) bool {
 		if s3test.ObjectKey(r) != "fs/"+key || r.Header.Get(condition) == "" || !raced.CompareAndSwap(false, true) {
@@ -318,5 +325,43 @@ func TestADeleteOfAKeyThatChangedConvergesOnAStoreThatIgnoresConditionalDeletes(
 			t.Fatalf("the file side never got the bucket's f back: %+v, %v", in, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Found by the differential sync test (AWS listing, seed 20261202): an
+// export's conditional write landed, the bucket deleted the key right
+// after, and the write's confirmation, finding a later write above ours,
+// failed the export as a conflict without recording that ours had
+// landed. Nothing then told the bucket's delete from "never exported",
+// and the next export of the file (after a chmod here, a hard link
+// there) wrote the key again as new: the bucket's delete was undone. The
+// rule: a write that landed is recorded as the inode's object at its key
+// even when the export fails, so that what the bucket did to it after is
+// the bucket's change, which wins.
+func TestAnExportTheBucketDeletedJustAfterItLandedIsNotWrittenAgain(t *testing.T) {
+	ctx := context.Background()
+	m, _, e, direct, _ := racingEnvWith(t, "f", "If-None-Match", true, ExporterConfig{},
+		func(direct *bucket.Client) bucket.ObjectInfo {
+			if err := direct.Delete(ctx, "f"); err != nil {
+				t.Errorf("the other client's DELETE: %v", err)
+			}
+			return bucket.ObjectInfo{}
+		})
+	in := newFile(t, m, "f", []byte("the file side's version"))
+	err := e.Flush(ctx)
+	if n := e.Stats().Conflicts; n != 1 {
+		t.Fatalf("the export whose object the bucket deleted right after it landed: %d conflicts counted (flush: %v), want 1", n, err)
+	}
+	// A file-side change that does not touch the bytes queues the file
+	// again.
+	if _, err := m.Update(ctx, in.Ino, func(cur *meta.Inode) (meta.Change, error) {
+		cur.Mode = cur.Mode&^0o777 | 0o600
+		return meta.AttrChange, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush(ctx) // a conflict may fail it; what the bucket holds is what counts
+	if cur, err := direct.Head(ctx, "f", ""); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("after the bucket deleted f, the file side wrote it again: %+v (%v)", cur, err)
 	}
 }
