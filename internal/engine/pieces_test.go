@@ -114,12 +114,7 @@ func sum(ns []int) (s int) {
 func crashAfterPieces(t *testing.T, before, other []byte, at int, pieces []int, after int, between string, pct int, seed uint64) []byte {
 	t.Helper()
 	ctx := context.Background()
-	mem := pebblevfs.NewCrashableMem()
-	cfg := crashableConfig(t, mem)
-	e, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, cfg, mem := openCrashable(t)
 	_, h, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o644, syscall.O_WRONLY)
 	if err == nil {
 		_, err = h.Write(ctx, before, 0)
@@ -150,32 +145,22 @@ func crashAfterPieces(t *testing.T, before, other []byte, at int, pieces []int, 
 		t.Fatal(err)
 	}
 	h.Release(ctx)
-	crashed := mem.CrashClone(pebblevfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(seed, 1))})
-	e.Close()
-	cfg.MetaFS = crashed
-	e2, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
+	got, attr := readAll(t, plCrash(t, e, cfg, mem, pct, seed), "f")
+	if int64(len(got)) != attr.Size {
+		t.Fatalf("read %d bytes of a file of %d", len(got), attr.Size)
 	}
-	defer e2.Close()
-	in, err := e2.FS.Lookup(ctx, vfs.Root, meta.RootIno, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e2.FS.Open(ctx, vfs.Root, in.Ino, syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Release(ctx)
-	got := make([]byte, in.Size+1)
-	n, err := r.Read(ctx, got, 0)
-	if err != nil && err != io.EOF {
-		t.Fatal(err)
-	}
-	if int64(n) != in.Size {
-		t.Fatalf("read %d bytes of a file of %d", n, in.Size)
-	}
-	return got[:n]
+	return got
+}
+
+// openCrashable opens an engine whose metadata store lives on a crashable
+// in-memory file system (crashableConfig).
+func openCrashable(t *testing.T) (*Engine, Config, *pebblevfs.MemFS) {
+	t.Helper()
+	mem := pebblevfs.NewCrashableMem()
+	cfg := crashableConfig(t, mem)
+	e, err := Open(context.Background(), cfg)
+	check(t, err)
+	return e, cfg, mem
 }
 
 // plCrash loses power on e's store keeping pct percent of what was not
@@ -218,6 +203,16 @@ func readAll(t *testing.T, e *Engine, name string) ([]byte, vfs.Attr) {
 	return got[:n], at
 }
 
+// notTheHeadAlone fails the test if the file f of e holds before and a1
+// alone: the first piece of A's write, which returned, without the rest.
+func notTheHeadAlone(t *testing.T, e *Engine, before, a1 []byte) {
+	t.Helper()
+	got, _ := readAll(t, e, "f")
+	if bytes.Equal(got, append(bytes.Clone(before), a1...)) {
+		t.Fatalf("after the power loss the file holds %d bytes: A's first piece without its second, though A's write returned", len(got))
+	}
+}
+
 func check(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -233,10 +228,7 @@ func check(t *testing.T, err error) {
 // the writer's chain; another's does not end this write.
 func TestAMarkerOfAnotherWriterDoesNotEndAWriteWithoutASync(t *testing.T) {
 	ctx := context.Background()
-	mem := pebblevfs.NewCrashableMem()
-	cfg := crashableConfig(t, mem)
-	e, err := Open(ctx, cfg)
-	check(t, err)
+	e, cfg, mem := openCrashable(t)
 	before := bytes.Repeat([]byte("b"), 3969)
 	a1, a2 := bytes.Repeat([]byte("A"), 127), bytes.Repeat([]byte("a"), 100)
 	at, ha, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o666, syscall.O_WRONLY)
@@ -257,11 +249,7 @@ func TestAMarkerOfAnotherWriterDoesNotEndAWriteWithoutASync(t *testing.T) {
 	check(t, err)
 	ha.Release(ctx)
 	hb.Release(ctx)
-	e2 := plCrash(t, e, cfg, mem, 0, 1)
-	got, _ := readAll(t, e2, "f")
-	if bytes.Equal(got, append(bytes.Clone(before), a1...)) {
-		t.Fatalf("after the power loss the file holds %d bytes: A's first piece without its second, though A's write returned", len(got))
-	}
+	notTheHeadAlone(t, plCrash(t, e, cfg, mem, 0, 1), before, a1)
 }
 
 // Found by review: the undo set back size and times but not the mode,
@@ -270,10 +258,7 @@ func TestAMarkerOfAnotherWriterDoesNotEndAWriteWithoutASync(t *testing.T) {
 // had with them.
 func TestAnUndoneWriteGetsBackTheSetIDBitsItsHeadCleared(t *testing.T) {
 	ctx := context.Background()
-	mem := pebblevfs.NewCrashableMem()
-	cfg := crashableConfig(t, mem)
-	e, err := Open(ctx, cfg)
-	check(t, err)
+	e, cfg, mem := openCrashable(t)
 	before := bytes.Repeat([]byte("b"), 3969)
 	at, h, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o4777, syscall.O_WRONLY)
 	check(t, err)
@@ -314,10 +299,7 @@ func TestAnUndoneWriteGetsBackTheSetIDBitsItsHeadCleared(t *testing.T) {
 // new write of one piece, and nothing synced it.
 func TestAnAppendAnotherWriterCameBetweenIsKeptWhole(t *testing.T) {
 	ctx := context.Background()
-	mem := pebblevfs.NewCrashableMem()
-	cfg := crashableConfig(t, mem)
-	e, err := Open(ctx, cfg)
-	check(t, err)
+	e, cfg, mem := openCrashable(t)
 	before := bytes.Repeat([]byte("b"), 3969)
 	a1, a2 := bytes.Repeat([]byte("A"), 127), bytes.Repeat([]byte("a"), 100)
 	at, hb, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o666, syscall.O_WRONLY)
@@ -336,11 +318,7 @@ func TestAnAppendAnotherWriterCameBetweenIsKeptWhole(t *testing.T) {
 	check(t, err)
 	ha.Release(ctx)
 	hb.Release(ctx)
-	e2 := plCrash(t, e, cfg, mem, 0, 1)
-	got, _ := readAll(t, e2, "f")
-	if bytes.Equal(got, append(bytes.Clone(before), a1...)) {
-		t.Fatalf("after the power loss the file holds %d bytes: A's first piece without its second, though A's write returned", len(got))
-	}
+	notTheHeadAlone(t, plCrash(t, e, cfg, mem, 0, 1), before, a1)
 }
 
 // Found by review: a run of writes of whole 1 MiB pieces (dd bs=1M) was
@@ -353,10 +331,7 @@ func TestWritesOfWholePiecesAreNeverUndone(t *testing.T) {
 	for i := range uint64(4) {
 		seed := base + i
 		ctx := context.Background()
-		mem := pebblevfs.NewCrashableMem()
-		cfg := crashableConfig(t, mem)
-		e, err := Open(ctx, cfg)
-		check(t, err)
+		e, cfg, mem := openCrashable(t)
 		_, h, err := e.FS.Create(ctx, vfs.Root, meta.RootIno, "f", 0o666, syscall.O_WRONLY)
 		check(t, err)
 		check(t, h.Fsync(ctx))
