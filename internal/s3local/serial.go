@@ -22,8 +22,14 @@ import (
 // place as separate file operations; a PUT and a DELETE of the same key at
 // once could interleave them and acknowledge a version id that then did
 // not exist (14 to 36 of 200 racing pairs). With them serialised, every
-// version the store acknowledges is listed afterwards. Reads and requests
-// on different keys still run concurrently.
+// version the store acknowledges is listed afterwards. A HEAD and a GET
+// of a key take its lock too: the backend answers them with several file
+// operations on the key's path (its size, its attributes, the open of its
+// bytes), and a write renaming a new object over the path in between
+// made an answer pair one version's id with another's ETag, size or
+// bytes (33 of 6,576 answers racing 300 PUTs). A GET holds the lock only
+// until its object is open. Listings and requests on different keys
+// still run concurrently.
 type serialBackend struct {
 	backend.Backend
 	locks keylock.Table[string]
@@ -41,6 +47,19 @@ func (b *serialBackend) lock(bucket *string, keys ...*string) func() {
 		names = append(names, aws.ToString(bucket)+"/"+aws.ToString(k))
 	}
 	return keylock.LockAll(&b.locks, names)
+}
+
+// HeadObject answers under the key's lock, from one version.
+func (b *serialBackend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.HeadObject(ctx, in)
+}
+
+// GetObject opens the object under the key's lock, so that its ETag,
+// size, version id and bytes are one version's.
+func (b *serialBackend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.GetObjectOutput, error) {
+	defer b.lock(in.Bucket, in.Key)()
+	return b.Backend.GetObject(ctx, in)
 }
 
 // PutObject evaluates If-Match and If-None-Match: * itself (see

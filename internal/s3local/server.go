@@ -446,7 +446,8 @@ func (s *Server) stopServing() error {
 }
 
 // Head answers a HEAD of key in bucket (the given version, or the current
-// one) in process, from the backend, without HTTP, signing or the API's
+// one) in process, from the backend as the API serves it (under the key's
+// lock, see serialBackend), without HTTP, signing or the API's
 // checks: for bucketfs's own reads of the embedded store it is the same
 // answer at a fraction of the cost (an import HEADs every object it
 // lists). found is false where a HEAD over HTTP gets 404: no current
@@ -459,7 +460,7 @@ func (s *Server) Head(ctx context.Context, bucket, key, versionID string) (out *
 	if versionID != "" {
 		in.VersionId = aws.String(versionID)
 	}
-	out, err = s.backend.HeadObject(ctx, in)
+	out, err = s.listing.HeadObject(ctx, in)
 	var apiErr s3err.APIError
 	switch {
 	case errors.As(err, &apiErr) && apiErr.HTTPStatusCode == http.StatusNotFound && apiErr.Code != "NoSuchBucket":
