@@ -134,7 +134,7 @@ func (s *server) start() {
 		args = []string{"mount"}
 	}
 	args = append(args, "--meta", s.c.metaURL, "--bucket", "s3://"+s.c.bucket, "--endpoint", s.c.store.Endpoint,
-		"--state-dir", s.stateDir, "--export-delay", s.c.opts.exportDelay.String())
+		"--state-dir", s.stateDir, "--export-delay", s.c.opts.exportDelay.String(), "--log-level", "debug")
 	if s.mnt != "" {
 		args = append(args, s.mnt)
 	} else {

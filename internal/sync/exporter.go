@@ -445,19 +445,24 @@ func (e *Exporter) reconcileFile(ctx context.Context, q meta.Queued, snap *meta.
 			keep = append(keep, obj)
 			note = exportNote{action: "uploaded", key: obj.Key, version: obj.VersionID, bytes: obj.Size}
 		case in.Dirty():
-			// Attributes only: rewrite metadata in place where the name is
-			// already exported (the new Gen is durable, as above).
-			if old, ok := have[want[0]]; ok {
-				obj, err := e.recover(ctx, want[0], in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), want[0]),
-					IfMatch: old.ETag, IfMatchVersion: old.VersionID, Ours: e.oursOf(in.Ino, want[0])},
+			// Attributes only: rewrite metadata in place at a wanted name
+			// already exported (the new Gen is durable, as above), which
+			// the other names are then copied from. Not necessarily the
+			// first: a name linked since is not exported yet, and copying
+			// from an exported one as it is would leave its old
+			// attributes there.
+			if i := slices.IndexFunc(want, func(k string) bool { _, ok := have[k]; return ok }); i >= 0 {
+				k, old := want[i], have[want[i]]
+				obj, err := e.recover(ctx, k, in, bucket.PutOptions{Metadata: objectMetadata(in, e.meta.Fsid(), k),
+					IfMatch: old.ETag, IfMatchVersion: old.VersionID, Ours: e.oursOf(in.Ino, k)},
 					func(opt bucket.PutOptions) (bucket.ObjectInfo, error) {
-						return e.bucket.Copy(ctx, want[0], old.Key, "", opt)
+						return e.bucket.Copy(ctx, k, old.Key, "", opt)
 					})
 				if err != nil {
-					if o, ok := landed(want[0], in.Size, err); ok {
+					if o, ok := landed(k, in.Size, err); ok {
 						keep = append(keep, o)
 					}
-					return e.conflictOr(want[0], err)
+					return e.conflictOr(k, err)
 				}
 				src = toObject(obj, in.Size)
 				keep = append(keep, src)

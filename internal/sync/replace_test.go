@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -366,5 +367,41 @@ func TestAnExportCutShortRecordsWhatItWrote(t *testing.T) {
 			t.Fatalf("the conflicts were not resolved: a %v, b %+v %v", aErr, b, bErr)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Found by the cluster differential test (seed 1796698245716205184): a
+// file exported at one name, linked at a second name that sorts first,
+// then chmod-ed. The export rewrote attributes in place only at the first
+// wanted name, which was not exported yet, so it copied the new name from
+// the exported one and left that one with the old mode for good. The
+// rule: after an export every name of the file carries its attributes.
+func TestAnAttributeChangeReachesEveryNameAfterALink(t *testing.T) {
+	st, m, _, e := newSyncEnv(t)
+	ctx := context.Background()
+	in := newFile(t, m, "b", []byte("file side"))
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Link(ctx, in.Ino, meta.RootIno, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(ctx, in.Ino, func(cur *meta.Inode) (meta.Change, error) {
+		cur.Mode = cur.Mode&^0o777 | 0o750
+		return meta.AttrChange, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		h, err := st.bucket.Head(ctx, k, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode, err := strconv.ParseUint(h.Metadata["mode"], 10, 32); err != nil || mode&0o777 != 0o750 {
+			t.Errorf("%s carries mode %q after the export, want permissions 0750", k, h.Metadata["mode"])
+		}
 	}
 }
