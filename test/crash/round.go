@@ -166,8 +166,7 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 		res.plan += ", PostgreSQL killed with it"
 	}
 	outageDone := outage.run(ctx, p.pg)
-	planErr := plan.run(ctx, p, m, &stop, writerDone)
-	planErr = errors.Join(planErr, <-outageDone)
+	planErr := plan.run(ctx, p, m, &stop, writerDone, outageDone)
 	crashing.Store(true)
 	killErr := p.kill9()
 	if killDB {
@@ -315,9 +314,16 @@ func choosePlan(rng *rand.Rand, maxWrite time.Duration) killPlan {
 }
 
 // run lets the writer run and returns at the moment to kill.
-func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Bool, writerDone chan error) error {
+// outageDone says when a crash of PostgreSQL alone is over (the database
+// up again): the plan waits for it after the writer's first run, before
+// it looks at bucketfs's status or stops the writer, which would not see
+// or cover the outage otherwise.
+func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Bool, writerDone chan error, outageDone <-chan error) error {
 	if err := sleep(ctx, k.write); err != nil {
 		return err
+	}
+	if err := <-outageDone; err != nil {
+		return fmt.Errorf("crash PostgreSQL alone: %w", err)
 	}
 	stopWriter := func() error {
 		stop.Store(true)
@@ -345,7 +351,7 @@ func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Boo
 		if err := stopWriter(); err != nil {
 			return err
 		}
-		st, err := status(ctx, p.stateDir)
+		st, err := statusWhenUp(ctx, p.stateDir)
 		if err != nil {
 			return err
 		}
@@ -358,7 +364,7 @@ func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Boo
 			return err
 		}
 	case "checkpoint":
-		st, err := status(ctx, p.stateDir)
+		st, err := statusWhenUp(ctx, p.stateDir)
 		if err != nil {
 			return err
 		}
@@ -373,6 +379,17 @@ func (k killPlan) run(ctx context.Context, p *fsProc, m *model, stop *atomic.Boo
 		return sleep(ctx, k.quiet)
 	}
 	return nil
+}
+
+// statusWhenUp is status, asked again for up to 30 s while it fails: in a
+// round that crashes PostgreSQL alone, status cannot read the database
+// until it is back (a 500 from the admin socket).
+func statusWhenUp(ctx context.Context, stateDir string) (st adminStatus, err error) {
+	perr := poll(ctx, 30*time.Second, "bucketfs status", func() (bool, error) {
+		st, err = status(ctx, stateDir)
+		return err == nil, nil
+	})
+	return st, errors.Join(perr, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
