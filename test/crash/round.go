@@ -149,8 +149,8 @@ func crashAndCheck(ctx context.Context, cfg *config, p *fsProc, seed uint64, res
 	// With PostgreSQL, half the rounds also crash it alone while the
 	// writer runs, and start it again after up to 1 s: bucketfs stays up.
 	// Calls made meanwhile must wait for the database and succeed, unless
-	// its crash recovery outlasts bucketfs's operation timeout (30 s; the
-	// round says how long it took): then EIO is the answer. Everything
+	// it stays away longer than bucketfs's operation timeout (30 s; the
+	// round says when it was back): then EIO is the answer. Everything
 	// acknowledged before, during and after must come back as in any
 	// round.
 	var outage *dbOutage
@@ -262,15 +262,16 @@ type dbOutage struct {
 	over atomic.Int64 // a time.Duration
 }
 
-// excuses reports whether a call that failed, s, may fail so: one begun
-// before the database was back, with EIO, which is what bucketfs answers
-// once an operation timeout has run out while the database is away.
+// excuses reports whether a call that failed, s, may fail so: with EIO,
+// begun more than 20 s before the database was back, as bucketfs answers
+// once its operation timeout (30 s) has run out while the database is
+// away. A call the database was back for sooner must succeed.
 func (o *dbOutage) excuses(s step) bool {
 	if o == nil {
 		return false
 	}
 	over := time.Duration(o.over.Load())
-	return over > 0 && s.at < over && strings.Contains(s.outcome, "input/output error")
+	return over > 0 && s.at < over-20*time.Second && strings.Contains(s.outcome, "input/output error")
 }
 
 func (o *dbOutage) String() string {
