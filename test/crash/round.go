@@ -260,18 +260,27 @@ type dbOutage struct {
 	// connections again (its crash recovery can take tens of seconds on
 	// a busy disk). Set once run's channel has its answer.
 	over atomic.Int64 // a time.Duration
+	// killed is when, since the writer's start, the kill was done.
+	killed atomic.Int64 // a time.Duration
 }
 
-// excuses reports whether a call that failed, s, may fail so: with EIO,
-// begun more than 20 s before the database was back, as bucketfs answers
-// once its operation timeout (30 s) has run out while the database is
-// away. A call the database was back for sooner must succeed.
+// excuses reports whether a call that failed, s, may fail so, with EIO:
+//   - begun while the kill was under way (from 100 ms before it to 100 ms
+//     after): its commit may have been cut, and a commit whose outcome
+//     cannot be known is an error (kv.ErrUnknownOutcome), not repeated;
+//   - begun more than 20 s before the database was back, as bucketfs
+//     answers once its operation timeout (30 s) has run out while the
+//     database is away.
+//
+// Any other call the database was back for must succeed.
 func (o *dbOutage) excuses(s step) bool {
-	if o == nil {
+	if o == nil || !strings.Contains(s.outcome, "input/output error") {
 		return false
 	}
-	over := time.Duration(o.over.Load())
-	return over > 0 && s.at < over-20*time.Second && strings.Contains(s.outcome, "input/output error")
+	over, killed := time.Duration(o.over.Load()), time.Duration(o.killed.Load())
+	const slack = 100 * time.Millisecond
+	return killed > 0 && s.at >= o.at-slack && s.at <= killed+slack ||
+		over > 0 && s.at < over-20*time.Second
 }
 
 func (o *dbOutage) String() string {
@@ -293,6 +302,7 @@ func (o *dbOutage) run(ctx context.Context, pg *pgtest.Server) <-chan error {
 			return
 		}
 		pg.Kill()
+		o.killed.Store(int64(time.Since(start)))
 		err := errors.Join(sleep(ctx, o.down), pg.StartAgain())
 		o.over.Store(int64(time.Since(start)))
 		done <- err
