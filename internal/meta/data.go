@@ -108,11 +108,7 @@ const PieceGrace = 5 * time.Second
 func Continues(off, n int64) bool {
 	const page = tier.BlockSize
 	end := off + n
-	if end%page != 0 || n <= 0 {
-		return false
-	}
-	head := off%page != 0 && end-off/page*page == page
-	return head || end-off/page*page == WritePiece
+	return head(off, n) || n > 0 && end%page == 0 && end-off/page*page == WritePiece
 }
 
 // WriteData writes p at off (at the end of the file when appending) and

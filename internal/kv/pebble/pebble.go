@@ -223,10 +223,8 @@ func (s *pebbleStore) Update(ctx context.Context, fn func(tx kv.Txn) error) erro
 
 // UpdateSized implements Store.
 func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.Txn) error) error {
-	select {
-	case s.writer <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.takeWriter(ctx); err != nil {
+		return err
 	}
 	defer func() { <-s.writer }()
 	if err := ctx.Err(); err != nil {
@@ -250,7 +248,7 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 	// The keys the last commit set provisionally go with this one, unless
 	// it sets them again.
 	for _, k := range s.provisional {
-		if !slices.ContainsFunc(tx.provisional, func(p []byte) bool { return bytes.Equal(p, k) }) {
+		if !hasKey(tx.provisional, k) {
 			if err := b.Delete(k, nil); err != nil {
 				return fmt.Errorf("kv: commit: %w", err)
 			}
@@ -277,16 +275,30 @@ func (s *pebbleStore) UpdateSized(ctx context.Context, size int, fn func(tx kv.T
 	return nil
 }
 
+// takeWriter waits for the writer slot, or for ctx to end; the caller
+// gives the slot back with <-s.writer.
+func (s *pebbleStore) takeWriter(ctx context.Context) error {
+	select {
+	case s.writer <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hasKey reports whether keys holds k.
+func hasKey(keys [][]byte, k []byte) bool {
+	return slices.ContainsFunc(keys, func(p []byte) bool { return bytes.Equal(p, k) })
+}
+
 // settle commits the deletion of the provisional keys of the last commit,
 // if there are any, so that no Sync makes them durable.
 func (s *pebbleStore) settle(ctx context.Context) error {
 	if s.nProvisional.Load() == 0 {
 		return nil
 	}
-	select {
-	case s.writer <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.takeWriter(ctx); err != nil {
+		return err
 	}
 	defer func() { <-s.writer }()
 	if len(s.provisional) == 0 {
@@ -458,7 +470,7 @@ func (t *batchTxn) SetProvisional(key, value []byte) error {
 	if err := t.Set(key, value); err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(t.provisional, func(p []byte) bool { return bytes.Equal(p, key) }) {
+	if !hasKey(t.provisional, key) {
 		t.provisional = append(t.provisional, bytes.Clone(key))
 	}
 	return nil
